@@ -1,0 +1,1 @@
+//! clip (work in progress).

@@ -1,0 +1,14 @@
+//! clipsculpt: turn a text prompt into a coloured 3D mesh.
+//!
+//! The pipeline has four stages (see `README.md`, "Architecture"): text conditioning, prior sampling,
+//! CLIP-guided latent optimization under gradient checkpointing, and mesh extraction/export.
+//! This crate is the library; `src/main.rs` and [`cli`] are the application around it.
+
+pub mod atomic;
+pub mod autodiff;
+pub mod cli;
+pub mod clip;
+pub mod device;
+pub mod mesh;
+pub mod render;
+pub mod shap_e;

@@ -1,0 +1,17 @@
+//! The `clipsculpt` command-line entry point: parse, set up logging, dispatch, print the error once.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = clipsculpt::cli::Args::parse();
+    clipsculpt::cli::init_tracing(&args.log);
+    match clipsculpt::cli::run(args) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(clipsculpt::cli::EXIT_SETUP)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! mesh (work in progress).

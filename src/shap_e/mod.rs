@@ -1,0 +1,1 @@
+//! shap_e (work in progress).
