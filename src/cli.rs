@@ -100,7 +100,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Info => "info",
         Command::Download { .. } => "download",
     };
-    anyhow::bail!("`clipsculpt {name}` is not available yet (device {})", args.device)
+    anyhow::bail!(
+        "`clipsculpt {name}` is not available yet (device {})",
+        args.device
+    )
 }
 
 #[allow(dead_code)]

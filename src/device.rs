@@ -28,7 +28,9 @@ impl FromStr for DeviceSpec {
                     .parse()
                     .map(Self::Cuda)
                     .map_err(|_| format!("invalid device '{s}': expected cpu, cuda or cuda:N")),
-                None => Err(format!("invalid device '{s}': expected cpu, cuda or cuda:N")),
+                None => Err(format!(
+                    "invalid device '{s}': expected cpu, cuda or cuda:N"
+                )),
             },
         }
     }
@@ -72,7 +74,10 @@ mod tests {
         assert_eq!("CUDA".parse(), Ok(DeviceSpec::Cuda(0)));
         assert_eq!("cuda:3".parse(), Ok(DeviceSpec::Cuda(3)));
         for bad in ["", "tpu", "cuda:", "cuda:x", "cuda:-1"] {
-            assert!(bad.parse::<DeviceSpec>().is_err(), "{bad} should be rejected");
+            assert!(
+                bad.parse::<DeviceSpec>().is_err(),
+                "{bad} should be rejected"
+            );
         }
     }
 

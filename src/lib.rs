@@ -12,3 +12,8 @@ pub mod device;
 pub mod mesh;
 pub mod render;
 pub mod shap_e;
+
+/// Unit tests count heap bytes, as the binary and the benches do.
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: autodiff::memory::CountingAlloc = autodiff::memory::CountingAlloc;

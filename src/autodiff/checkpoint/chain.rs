@@ -1,0 +1,83 @@
+//! The chain driver: runs N blocks under a [`Plan`], each checkpointed segment as one node of
+//! candle's graph (see [`super::segment`]). Backward is the caller's ordinary `loss.backward()`.
+
+use std::sync::Arc;
+
+use candle_core::{Result, Tensor, Var};
+
+use super::budget::BlockCost;
+use super::policy::Plan;
+use super::segment::checkpoint;
+use crate::autodiff::memory;
+
+/// One block of a chain: `x -> block(x, context)`.
+///
+/// `context` holds the tensors every block sees (attention masks, latent-derived weights, random
+/// draws made outside); those that track a gradient receive one, summed over the blocks.
+pub trait Block: Send + Sync {
+    /// The block's forward pass. Must be deterministic given its inputs.
+    fn forward(&self, x: &Tensor, context: &[Tensor]) -> Result<Tensor>;
+}
+
+/// Runs `blocks` over `x` following `plan`.
+pub fn run_chain<B>(blocks: &[B], x: &Tensor, context: &[Tensor], plan: &Plan) -> Result<Tensor>
+where
+    B: Block + Clone + 'static,
+{
+    let covered: usize = plan.segments.iter().map(|s| s.blocks.len()).sum();
+    if covered != blocks.len() {
+        candle_core::bail!(
+            "checkpoint plan covers {covered} blocks, chain has {} (bug)",
+            blocks.len()
+        );
+    }
+    let mut h = x.clone();
+    for seg in &plan.segments {
+        let seg_blocks = &blocks[seg.blocks.clone()];
+        h = if seg.checkpointed {
+            let owned: Arc<Vec<B>> = Arc::new(seg_blocks.to_vec());
+            let mut inputs = vec![h];
+            inputs.extend_from_slice(context);
+            checkpoint(&inputs, move |ins| {
+                forward_all(owned.as_slice(), &ins[0], &ins[1..])
+            })?
+        } else {
+            forward_all(seg_blocks, &h, context)?
+        };
+    }
+    Ok(h)
+}
+
+fn forward_all<B: Block>(blocks: &[B], x: &Tensor, context: &[Tensor]) -> Result<Tensor> {
+    blocks
+        .iter()
+        .try_fold(x.clone(), |h, b| b.forward(&h, context))
+}
+
+/// Measures each block's [`BlockCost`] by running it once with a graph from `x` under the
+/// counting allocator (CPU). Returns `None` when the counting allocator is not installed.
+pub fn measure_costs<B: Block>(
+    blocks: &[B],
+    x: &Tensor,
+    context: &[Tensor],
+) -> Result<Option<Vec<BlockCost>>> {
+    if !memory::is_counting() || !x.device().is_cpu() {
+        return Ok(None);
+    }
+    let mut costs = Vec::with_capacity(blocks.len());
+    let mut h = x.detach();
+    for b in blocks {
+        let input_bytes = h.elem_count() * h.dtype().size_in_bytes();
+        let var = Var::from_tensor(&h)?;
+        let meter = memory::PeakMeter::start();
+        let out = b.forward(var.as_tensor(), context)?;
+        let graph_bytes = meter.live_above_base();
+        h = out.detach();
+        drop(out);
+        costs.push(BlockCost {
+            input_bytes,
+            graph_bytes,
+        });
+    }
+    Ok(Some(costs))
+}

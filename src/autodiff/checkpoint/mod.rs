@@ -1,0 +1,24 @@
+//! Gradient checkpointing for candle: segments keep only their inputs in the forward pass and are
+//! recomputed once during backward.
+//!
+//! - [`policy`]: *what* to keep — none, every block, every k, √N, last N, or a byte budget — and
+//!   the [`Plan`] it yields for a chain.
+//! - [`segment`]: the mechanism — a checkpointed segment (several inputs, differentiable or not)
+//!   and its width-split form for deferred backpropagation over chunks.
+//! - [`chain`]: a chain of blocks run under a plan.
+//! - [`budget`]: the least-recomputation plan for a byte budget (dynamic programming).
+//!
+//! Segments are ordinary nodes of candle's graph, so `loss.backward()` drives everything.
+
+pub mod budget;
+pub mod chain;
+pub mod policy;
+pub mod segment;
+
+pub use budget::{plan_for_budget, predicted_peak, BlockCost};
+pub use chain::{measure_costs, run_chain, Block};
+pub use policy::{Plan, PlanError, Policy, Segment};
+pub use segment::{checkpoint, chunk_ranges, chunked, SegmentFn};
+
+#[cfg(test)]
+mod tests;

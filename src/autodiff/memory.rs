@@ -1,0 +1,160 @@
+//! Memory meters. On the CPU, [`CountingAlloc`] (installed as the `#[global_allocator]` by the
+//! binary, the benches and the tests) counts live heap bytes and their peak, which includes every
+//! candle CPU tensor. RSS cannot rank configurations inside one process (freed memory stays
+//! resident), so all in-process comparisons use this counter.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// The system allocator with live-byte and peak counters.
+pub struct CountingAlloc;
+
+// SAFETY: every call forwards to `System` unchanged; the counters are plain atomics.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            grow(layout.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(layout);
+        if !p.is_null() {
+            grow(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+            grow(new_size);
+        }
+        p
+    }
+}
+
+fn grow(bytes: usize) {
+    let now = CURRENT.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+    if !ACTIVE.load(Ordering::Relaxed) {
+        ACTIVE.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether [`CountingAlloc`] is the process's allocator (it has seen an allocation).
+pub fn is_counting() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Live heap bytes now.
+pub fn current() -> usize {
+    CURRENT.load(Ordering::Relaxed)
+}
+
+/// Highest live heap bytes since the last [`reset_peak`].
+pub fn peak() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Sets the peak to the current live bytes and returns them (the baseline of a phase).
+pub fn reset_peak() -> usize {
+    let now = current();
+    PEAK.store(now, Ordering::Relaxed);
+    now
+}
+
+/// Measures the peak heap bytes a phase adds above the live bytes at its start.
+#[derive(Debug, Clone, Copy)]
+pub struct PeakMeter {
+    base: usize,
+}
+
+impl PeakMeter {
+    /// Starts a phase: resets the peak to the current live bytes.
+    pub fn start() -> Self {
+        Self { base: reset_peak() }
+    }
+
+    /// Peak bytes above the phase's start so far.
+    pub fn peak_above_base(&self) -> usize {
+        peak().saturating_sub(self.base)
+    }
+
+    /// Live bytes above the phase's start now.
+    pub fn live_above_base(&self) -> usize {
+        current().saturating_sub(self.base)
+    }
+}
+
+/// Formats a byte count as MiB with one decimal.
+pub fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Parses a byte size such as `6GiB`, `512MiB`, `1.5GB`, `800k` or `1048576` (case-insensitive;
+/// KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000, a bare K/M/G means KiB/MiB/GiB).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let mult: f64 = match unit {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        _ => {
+            return Err(format!(
+                "invalid size '{s}': unknown unit '{unit}' (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
+    };
+    let value: f64 = num.parse().map_err(|_| {
+        format!("invalid size '{s}': expected a number followed by a unit, e.g. 6GiB")
+    })?;
+    if !value.is_finite() || value <= 0.0 {
+        return Err(format!("invalid size '{s}': must be positive"));
+    }
+    Ok((value * mult).round() as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_bytes("6GiB"), Ok(6 << 30));
+        assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("800k"), Ok(800 * 1024));
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        for bad in ["", "GiB", "-1GiB", "0", "3 parsecs", "1.2.3MB"] {
+            assert!(parse_bytes(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn meter_sees_allocations_when_counting() {
+        assert!(is_counting(), "the unit-test binary installs CountingAlloc");
+        let m = PeakMeter::start();
+        let v = vec![0u8; 1 << 20];
+        assert!(m.peak_above_base() >= 1 << 20);
+        drop(v);
+    }
+}

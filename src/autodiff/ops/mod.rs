@@ -1,0 +1,16 @@
+//! Differentiable replacements for candle-nn's fused ops that silently detach the gradient
+//! (`layer_norm`, `softmax_last_dim`) and for ops without a backward (`upsample_bilinear2d`).
+//! Each runs candle's fast forward and attaches an analytic backward through [`super::vjp`].
+
+mod layer_norm;
+mod linear;
+mod resize;
+mod softmax;
+
+pub use layer_norm::layer_norm;
+pub use linear::{batched_linear, linear};
+pub use resize::{resize_bilinear, resize_matrix};
+pub use softmax::softmax;
+
+#[cfg(test)]
+pub(crate) mod testing;
