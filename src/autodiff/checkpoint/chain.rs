@@ -54,8 +54,8 @@ fn forward_all<B: Block>(blocks: &[B], x: &Tensor, context: &[Tensor]) -> Result
         .try_fold(x.clone(), |h, b| b.forward(&h, context))
 }
 
-/// Measures each block's [`BlockCost`] by running it once with a graph from `x` under the
-/// counting allocator (CPU). Returns `None` when the counting allocator is not installed.
+/// Measures each block's [`BlockCost`] by running it once forward and backward from `x` under
+/// the counting allocator (CPU). Returns `None` when the counting allocator is not installed.
 pub fn measure_costs<B: Block>(
     blocks: &[B],
     x: &Tensor,
@@ -73,10 +73,13 @@ pub fn measure_costs<B: Block>(
         let out = b.forward(var.as_tensor(), context)?;
         let graph_bytes = meter.live_above_base();
         h = out.detach();
-        drop(out);
+        let g = h.ones_like()?;
+        drop((out * g)?.sum_all()?.backward()?);
+        let backward_bytes = meter.peak_above_base().saturating_sub(graph_bytes);
         costs.push(BlockCost {
             input_bytes,
             graph_bytes,
+            backward_bytes,
         });
     }
     Ok(Some(costs))

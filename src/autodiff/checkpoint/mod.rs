@@ -13,11 +13,13 @@
 pub mod budget;
 pub mod chain;
 pub mod policy;
+pub mod residual_mlp;
 pub mod segment;
 
 pub use budget::{plan_for_budget, predicted_peak, BlockCost};
 pub use chain::{measure_costs, run_chain, Block};
 pub use policy::{Plan, PlanError, Policy, Segment};
+pub use residual_mlp::ResidualMlp;
 pub use segment::{checkpoint, chunk_ranges, chunked, SegmentFn};
 
 #[cfg(test)]

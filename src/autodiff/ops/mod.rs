@@ -2,11 +2,13 @@
 //! (`layer_norm`, `softmax_last_dim`) and for ops without a backward (`upsample_bilinear2d`).
 //! Each runs candle's fast forward and attaches an analytic backward through [`super::vjp`].
 
+mod activation;
 mod layer_norm;
 mod linear;
 mod resize;
 mod softmax;
 
+pub use activation::Activation;
 pub use layer_norm::layer_norm;
 pub use linear::{batched_linear, linear};
 pub use resize::{resize_bilinear, resize_matrix};
