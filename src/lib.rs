@@ -6,10 +6,12 @@
 
 pub mod atomic;
 pub mod autodiff;
+pub mod batch;
 pub mod cli;
 pub mod clip;
 pub mod device;
 pub mod mesh;
+pub mod models;
 pub mod render;
 pub mod shap_e;
 

@@ -152,9 +152,9 @@ mod tests {
     #[test]
     fn meter_sees_allocations_when_counting() {
         assert!(is_counting(), "the unit-test binary installs CountingAlloc");
-        let m = PeakMeter::start();
-        let v = vec![0u8; 1 << 20];
-        assert!(m.peak_above_base() >= 1 << 20);
+        // Other tests allocate and free concurrently, so only assert what they cannot undo.
+        let v = vec![1u8; 64 << 20];
+        assert!(current() >= 64 << 20 && peak() >= current());
         drop(v);
     }
 }

@@ -1,0 +1,9 @@
+//! Model specs and where their files come from: the embedded toy model, a Hugging Face hub id
+//! (downloaded through hf-hub into the standard cache, `HF_HUB_OFFLINE` honoured), or a local
+//! directory. Loading the tensors themselves belongs to each architecture's module.
+
+mod hub;
+mod spec;
+
+pub use hub::{fetch_files, HubOptions};
+pub use spec::{ModelSpec, SpecError};
