@@ -10,6 +10,7 @@ pub mod batch;
 pub mod cli;
 pub mod clip;
 pub mod device;
+pub mod guide;
 pub mod mesh;
 pub mod models;
 pub mod render;
