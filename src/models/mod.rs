@@ -3,7 +3,9 @@
 //! directory. Loading the tensors themselves belongs to each architecture's module.
 
 mod hub;
+mod layout;
 mod spec;
 
-pub use hub::{fetch_files, HubOptions};
+pub use hub::{fetch_files, HubError, HubOptions};
+pub use layout::{resolve, ModelKind, ResolveError};
 pub use spec::{ModelSpec, SpecError};
