@@ -26,8 +26,16 @@ mod tests {
         assert_eq!(to_y_up([0.0, 0.0, 1.0]), [0.0, 1.0, 0.0]);
         assert_eq!(to_y_up([1.0, 0.0, 0.0]), [1.0, 0.0, 0.0]);
         // Determinant +1: e_x × e_y maps to e_z's image.
-        let (x, y, z) = (to_y_up([1.0, 0.0, 0.0]), to_y_up([0.0, 1.0, 0.0]), to_y_up([0.0, 0.0, 1.0]));
-        let cross = [x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2], x[0] * y[1] - x[1] * y[0]];
+        let (x, y, z) = (
+            to_y_up([1.0, 0.0, 0.0]),
+            to_y_up([0.0, 1.0, 0.0]),
+            to_y_up([0.0, 0.0, 1.0]),
+        );
+        let cross = [
+            x[1] * y[2] - x[2] * y[1],
+            x[2] * y[0] - x[0] * y[2],
+            x[0] * y[1] - x[1] * y[0],
+        ];
         assert_eq!(cross, z);
     }
 }

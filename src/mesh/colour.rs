@@ -6,7 +6,11 @@
 
 /// sRGB transfer function (IEC 61966-2-1) from linear to encoded, input clamped to [0, 1].
 pub fn linear_to_srgb(u: f32) -> f32 {
-    let u = if u.is_finite() { u.clamp(0.0, 1.0) } else { 0.0 };
+    let u = if u.is_finite() {
+        u.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     if u <= 0.003_130_8 {
         u * 12.92
     } else {
@@ -17,7 +21,11 @@ pub fn linear_to_srgb(u: f32) -> f32 {
 /// Inverse sRGB transfer function, as diffusers applies it to Shap-E colours: `u ≤ 0.04045 ? u/12.92 :
 /// ((u + 0.055)/1.055)^2.4`, input clamped to [0, 1].
 pub fn srgb_to_linear(u: f32) -> f32 {
-    let u = if u.is_finite() { u.clamp(0.0, 1.0) } else { 0.0 };
+    let u = if u.is_finite() {
+        u.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     if u <= 0.040_45 {
         u / 12.92
     } else {
@@ -37,7 +45,13 @@ pub fn srgb_floats(linear: [f32; 3]) -> [f32; 3] {
 
 /// Linear RGB clamped to [0, 1] (glTF `COLOR_0`).
 pub fn clamp_linear(linear: [f32; 3]) -> [f32; 3] {
-    linear.map(|c| if c.is_finite() { c.clamp(0.0, 1.0) } else { 0.0 })
+    linear.map(|c| {
+        if c.is_finite() {
+            c.clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    })
 }
 
 #[cfg(test)]

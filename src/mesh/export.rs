@@ -51,7 +51,12 @@ pub const GIF_FRAMES: u32 = 24;
 
 /// Writes `mesh` in each of `formats` to `out_dir/<stem>…` (creating `out_dir`), each file atomically.
 /// Returns the paths written, in the order of `formats`.
-pub fn write_all(mesh: &Mesh, out_dir: &Path, stem: &str, formats: &[Format]) -> Result<Vec<PathBuf>, ExportError> {
+pub fn write_all(
+    mesh: &Mesh,
+    out_dir: &Path,
+    stem: &str,
+    formats: &[Format],
+) -> Result<Vec<PathBuf>, ExportError> {
     if stem.is_empty() || stem.contains(['/', '\\']) || stem.starts_with('.') {
         return Err(ExportError::Invalid {
             what: "file stem",
@@ -68,7 +73,9 @@ pub fn write_all(mesh: &Mesh, out_dir: &Path, stem: &str, formats: &[Format]) ->
             Format::Ply => ply::write_ply(mesh, &path)?,
             Format::Obj => obj::write_obj(mesh, &path)?,
             Format::PreviewPng => preview::write_contact_sheet(mesh, &path, PREVIEW_SIZE)?,
-            Format::PreviewGif => preview::write_turntable_gif(mesh, &path, PREVIEW_SIZE, GIF_FRAMES)?,
+            Format::PreviewGif => {
+                preview::write_turntable_gif(mesh, &path, PREVIEW_SIZE, GIF_FRAMES)?
+            }
         }
         written.push(path);
     }
@@ -92,7 +99,13 @@ pub struct ExportSettings {
 
 impl Default for ExportSettings {
     fn default() -> Self {
-        Self { grid_size: 128, bounds: Bounds::SHAP_E, level: 0.0, mode: McMode::Exact, chunk: DEFAULT_CHUNK }
+        Self {
+            grid_size: 128,
+            bounds: Bounds::SHAP_E,
+            level: 0.0,
+            mode: McMode::Exact,
+            chunk: DEFAULT_CHUNK,
+        }
     }
 }
 
@@ -123,7 +136,10 @@ pub fn export_field(
     out_dir: &Path,
     stem: &str,
 ) -> Result<ExportReport, ExportError> {
-    let settings = ExportSettings { grid_size, ..ExportSettings::default() };
+    let settings = ExportSettings {
+        grid_size,
+        ..ExportSettings::default()
+    };
     export_field_with(field, device, &settings, formats, out_dir, stem)
 }
 
@@ -139,9 +155,19 @@ pub fn export_field_with(
     let memory_before =
         release_device_caches(device).map_err(|source| ExportError::Field { points: 0, source })?;
     let t0 = Instant::now();
-    let grid = sample_grid(field, device, settings.grid_size, settings.bounds, settings.chunk)?;
+    let grid = sample_grid(
+        field,
+        device,
+        settings.grid_size,
+        settings.bounds,
+        settings.chunk,
+    )?;
     let t1 = Instant::now();
-    let opts = McOptions { level: settings.level, mode: settings.mode, parallel: true };
+    let opts = McOptions {
+        level: settings.level,
+        mode: settings.mode,
+        parallel: true,
+    };
     let mut mesh = marching_cubes_with(&grid, &opts)?;
     drop(grid);
     let t2 = Instant::now();
@@ -171,8 +197,15 @@ mod tests {
         let formats = [Format::Glb, Format::Ply, Format::Obj, Format::PreviewPng];
         let r = export_field(&field, &Device::Cpu, 24, &formats, dir.path(), "ball").unwrap();
         assert!(r.stats.is_clean_solid(), "{:?}", r.stats);
-        let names: Vec<_> = r.files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-        assert_eq!(names, ["ball.glb", "ball.ply", "ball.obj", "ball_preview.png"]);
+        let names: Vec<_> = r
+            .files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            ["ball.glb", "ball.ply", "ball.obj", "ball_preview.png"]
+        );
         // Only the four outputs: no temp files left behind.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 4);
     }
@@ -181,10 +214,12 @@ mod tests {
     fn empty_field_and_bad_stem_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let empty = FnField(|_: [f32; 3]| (-1.0, [0.0; 3]));
-        let err = export_field(&empty, &Device::Cpu, 8, &[Format::Glb], dir.path(), "x").unwrap_err();
+        let err =
+            export_field(&empty, &Device::Cpu, 8, &[Format::Glb], dir.path(), "x").unwrap_err();
         assert!(matches!(err, ExportError::EmptySurface { .. }), "{err}");
         let ball = FnField(|p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.5), [0.0; 3]));
-        let err = export_field(&ball, &Device::Cpu, 8, &[Format::Glb], dir.path(), "../x").unwrap_err();
+        let err =
+            export_field(&ball, &Device::Cpu, 8, &[Format::Glb], dir.path(), "../x").unwrap_err();
         assert!(err.to_string().contains("file stem"), "{err}");
     }
 }

@@ -97,19 +97,33 @@ pub fn sample_colours(
         let (_, rgb) = eval_points(field, device, flat)?;
         let rgb = to_host(&rgb, n, 3)?;
         out.extend(rgb.chunks_exact(3).map(|c| {
-            [c[0], c[1], c[2]].map(|v| if v.is_finite() { v.clamp(0.0, 1.0) } else { 0.0 })
+            [c[0], c[1], c[2]].map(|v| {
+                if v.is_finite() {
+                    v.clamp(0.0, 1.0)
+                } else {
+                    0.0
+                }
+            })
         }));
     }
     Ok(out)
 }
 
-fn eval_scalar(field: &dyn Field, device: &Device, points: &[f32]) -> Result<Vec<f32>, ExportError> {
+fn eval_scalar(
+    field: &dyn Field,
+    device: &Device,
+    points: &[f32],
+) -> Result<Vec<f32>, ExportError> {
     let n = points.len() / 3;
     let (values, _) = eval_points(field, device, points.to_vec())?;
     to_host(&values, n, 1)
 }
 
-fn eval_points(field: &dyn Field, device: &Device, flat: Vec<f32>) -> Result<(Tensor, Tensor), ExportError> {
+fn eval_points(
+    field: &dyn Field,
+    device: &Device,
+    flat: Vec<f32>,
+) -> Result<(Tensor, Tensor), ExportError> {
     let n = flat.len() / 3;
     let wrap = |source| ExportError::Field { points: n, source };
     let points = Tensor::from_vec(flat, (n, 3), device).map_err(wrap)?;
@@ -166,7 +180,10 @@ mod tests {
         struct Bad;
         impl Field for Bad {
             fn eval(&self, p: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
-                Ok((Tensor::zeros(1, DType::F32, p.device())?, Tensor::zeros((1, 3), DType::F32, p.device())?))
+                Ok((
+                    Tensor::zeros(1, DType::F32, p.device())?,
+                    Tensor::zeros((1, 3), DType::F32, p.device())?,
+                ))
             }
         }
         let err = sample_grid(&Bad, &Device::Cpu, 3, Bounds::SHAP_E, 8).unwrap_err();

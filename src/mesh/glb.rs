@@ -25,10 +25,19 @@ pub fn to_glb(mesh: &Mesh, name: &str) -> Result<Vec<u8>, ExportError> {
     let positions: Vec<[f32; 3]> = mesh.positions.iter().map(|&p| to_y_up(p)).collect();
     let normals: Vec<[f32; 3]> = mesh.normals.iter().map(|&n| to_y_up(n)).collect();
     let colours: Vec<[f32; 3]> = mesh.colours.iter().map(|&c| clamp_linear(c)).collect();
-    let (min, max) = Mesh { positions: positions.clone(), ..Mesh::default() }.bounds();
+    let (min, max) = Mesh {
+        positions: positions.clone(),
+        ..Mesh::default()
+    }
+    .bounds();
 
     let mut bin = Vec::with_capacity(mesh.positions.len() * 36 + mesh.faces.len() * 12);
-    let vec3 = |v: &[[f32; 3]]| v.iter().flatten().map(|x| x.to_le_bytes()).collect::<Vec<_>>();
+    let vec3 = |v: &[[f32; 3]]| {
+        v.iter()
+            .flatten()
+            .map(|x| x.to_le_bytes())
+            .collect::<Vec<_>>()
+    };
     let views = [
         (vec3(&positions), ARRAY_BUFFER),
         (vec3(&normals), ARRAY_BUFFER),
@@ -83,7 +92,9 @@ pub fn to_glb(mesh: &Mesh, name: &str) -> Result<Vec<u8>, ExportError> {
 
 /// Writes `mesh` to `path` as GLB, atomically.
 pub fn write_glb(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
-    let name = path.file_stem().map_or("mesh".into(), |s| s.to_string_lossy());
+    let name = path
+        .file_stem()
+        .map_or("mesh".into(), |s| s.to_string_lossy());
     let bytes = to_glb(mesh, &name)?;
     write_atomic(path, &bytes).map_err(ExportError::io(path))
 }

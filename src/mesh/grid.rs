@@ -37,13 +37,18 @@ impl Bounds {
     }
 
     pub(crate) fn validate(&self) -> Result<(), ExportError> {
-        let ok = (0..3).all(|a| self.min[a].is_finite() && self.max[a].is_finite() && self.min[a] < self.max[a]);
+        let ok = (0..3).all(|a| {
+            self.min[a].is_finite() && self.max[a].is_finite() && self.min[a] < self.max[a]
+        });
         if ok {
             Ok(())
         } else {
             Err(ExportError::Invalid {
                 what: "bounds",
-                reason: format!("{:?}..{:?}: need finite min < max on every axis", self.min, self.max),
+                reason: format!(
+                    "{:?}..{:?}: need finite min < max on every axis",
+                    self.min, self.max
+                ),
             })
         }
     }
@@ -78,7 +83,11 @@ impl Grid {
                 ),
             });
         }
-        Ok(Self { dims, bounds, values })
+        Ok(Self {
+            dims,
+            bounds,
+            values,
+        })
     }
 
     /// Samples `f` at every lattice point of an `n`³ grid over `bounds` (in parallel; for tests and analytic shapes).
@@ -96,12 +105,19 @@ impl Grid {
             });
         }
         let mut values = vec![0.0f32; n * n * n];
-        let shell = Self { dims, bounds, values: Vec::new() };
-        values.par_chunks_mut(n * n).enumerate().for_each(|(z, layer)| {
-            for (yx, v) in layer.iter_mut().enumerate() {
-                *v = f(shell.position([yx % n, yx / n, z].map(|i| i as f32)));
-            }
-        });
+        let shell = Self {
+            dims,
+            bounds,
+            values: Vec::new(),
+        };
+        values
+            .par_chunks_mut(n * n)
+            .enumerate()
+            .for_each(|(z, layer)| {
+                for (yx, v) in layer.iter_mut().enumerate() {
+                    *v = f(shell.position([yx % n, yx / n, z].map(|i| i as f32)));
+                }
+            });
         Self::new(dims, bounds, values)
     }
 
@@ -139,7 +155,9 @@ impl Grid {
     pub fn range(&self) -> (f32, f32) {
         self.values
             .iter()
-            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                (lo.min(v), hi.max(v))
+            })
     }
 
     /// Errors if any value is NaN or infinite.
@@ -175,7 +193,10 @@ mod tests {
     fn rejects_bad_inputs() {
         assert!(Grid::new([1, 2, 2], Bounds::SHAP_E, vec![0.0; 4]).is_err());
         assert!(Grid::new([2, 2, 2], Bounds::SHAP_E, vec![0.0; 7]).is_err());
-        let flat = Bounds { min: [0.0; 3], max: [1.0, 0.0, 1.0] };
+        let flat = Bounds {
+            min: [0.0; 3],
+            max: [1.0, 0.0, 1.0],
+        };
         assert!(Grid::new([2, 2, 2], flat, vec![0.0; 8]).is_err());
         assert!(Grid::from_fn(1, Bounds::SHAP_E, |_| 0.0).is_err());
     }
@@ -184,7 +205,16 @@ mod tests {
     fn reports_non_finite_values() {
         let mut v = vec![0.0; 8];
         v[5] = f32::NAN;
-        let err = Grid::new([2, 2, 2], Bounds::SHAP_E, v).unwrap().check_finite().unwrap_err();
-        assert!(matches!(err, ExportError::NonFiniteField { count: 1, first: [1, 0, 1] }));
+        let err = Grid::new([2, 2, 2], Bounds::SHAP_E, v)
+            .unwrap()
+            .check_finite()
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            ExportError::NonFiniteField {
+                count: 1,
+                first: [1, 0, 1]
+            }
+        ));
     }
 }

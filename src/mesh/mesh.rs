@@ -83,15 +83,26 @@ impl Mesh {
         if self.positions.is_empty() {
             return ([0.0; 3], [0.0; 3]);
         }
-        self.positions.iter().fold(([f32::INFINITY; 3], [f32::NEG_INFINITY; 3]), |(lo, hi), p| {
-            ([0, 1, 2].map(|a| lo[a].min(p[a])), [0, 1, 2].map(|a| hi[a].max(p[a])))
-        })
+        self.positions.iter().fold(
+            ([f32::INFINITY; 3], [f32::NEG_INFINITY; 3]),
+            |(lo, hi), p| {
+                (
+                    [0, 1, 2].map(|a| lo[a].min(p[a])),
+                    [0, 1, 2].map(|a| hi[a].max(p[a])),
+                )
+            },
+        )
     }
 
     /// Checks array lengths and index bounds (what every writer needs).
     pub fn validate(&self) -> Result<(), ExportError> {
         let n = self.positions.len();
-        let invalid = |reason: String| Err(ExportError::Invalid { what: "mesh", reason });
+        let invalid = |reason: String| {
+            Err(ExportError::Invalid {
+                what: "mesh",
+                reason,
+            })
+        };
         if self.normals.len() != n || self.colours.len() != n {
             return invalid(format!(
                 "{n} positions but {} normals and {} colours",
@@ -102,7 +113,12 @@ impl Mesh {
         if n > u32::MAX as usize {
             return invalid(format!("{n} vertices exceed the u32 index range"));
         }
-        if let Some((f, face)) = self.faces.iter().enumerate().find(|(_, t)| t.iter().any(|&i| i as usize >= n)) {
+        if let Some((f, face)) = self
+            .faces
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.iter().any(|&i| i as usize >= n))
+        {
             return invalid(format!("face {f} {face:?} indexes past {n} vertices"));
         }
         Ok(())
@@ -111,7 +127,11 @@ impl Mesh {
     /// Computes [`MeshStats`] (sorts the directed edges; O(F log F)).
     pub fn stats(&self) -> MeshStats {
         let n = self.positions.len();
-        let mut s = MeshStats { vertices: n, faces: self.faces.len(), ..MeshStats::default() };
+        let mut s = MeshStats {
+            vertices: n,
+            faces: self.faces.len(),
+            ..MeshStats::default()
+        };
         let finite = |v: &[f32; 3]| v.iter().all(|x| x.is_finite());
         s.non_finite_values = [&self.positions, &self.normals, &self.colours]
             .iter()
@@ -153,7 +173,9 @@ impl Mesh {
             }
         }
         s.unreferenced_vertices = used.iter().filter(|u| !**u).count();
-        s.components = (0..n as u32).filter(|&v| used[v as usize] && find(&mut parent, v) == v).count();
+        s.components = (0..n as u32)
+            .filter(|&v| used[v as usize] && find(&mut parent, v) == v)
+            .count();
         s.euler = (n - s.unreferenced_vertices) as i64 - s.edges as i64 + s.faces as i64;
         s
     }
@@ -179,7 +201,11 @@ pub(crate) fn sub3(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
 }
 
 pub(crate) fn cross3(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
-    [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
 }
 
 pub(crate) fn dot3(a: [f64; 3], b: [f64; 3]) -> f64 {
@@ -192,7 +218,12 @@ mod tests {
 
     /// Unit tetrahedron (0,0,0), (1,0,0), (0,1,0), (0,0,1), wound outward: volume 1/6, χ = 4 − 6 + 4 = 2.
     pub(crate) fn tetra() -> Mesh {
-        let positions = vec![[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+        let positions = vec![
+            [0.0, 0.0, 0.0],
+            [1.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0],
+            [0.0, 0.0, 1.0],
+        ];
         Mesh {
             normals: vec![[0.0, 0.0, 1.0]; 4],
             colours: vec![DEFAULT_COLOUR; 4],

@@ -19,9 +19,11 @@ pub mod shapes;
 pub mod tables;
 
 pub use error::ExportError;
+pub use export::{
+    export_field, export_field_with, write_all, ExportReport, ExportSettings, Format,
+};
 pub use field::{sample_colours, sample_grid, Field, FnField, DEFAULT_CHUNK};
 pub use grid::{Bounds, Grid};
 pub use marching_cubes::{marching_cubes, marching_cubes_with, McMode, McOptions};
 pub use memory::{release_device_caches, MemoryReport};
 pub use mesh::{Mesh, MeshStats};
-pub use export::{export_field, export_field_with, write_all, ExportReport, ExportSettings, Format};

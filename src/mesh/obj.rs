@@ -14,7 +14,11 @@ use crate::atomic::write_atomic_with;
 
 /// Writes the OBJ text of `mesh` (object `name`) to `w`.
 pub fn write_obj_to(mesh: &Mesh, name: &str, w: &mut impl Write) -> std::io::Result<()> {
-    writeln!(w, "# clipsculpt {}: +Y up, sRGB vertex colours", env!("CARGO_PKG_VERSION"))?;
+    writeln!(
+        w,
+        "# clipsculpt {}: +Y up, sRGB vertex colours",
+        env!("CARGO_PKG_VERSION")
+    )?;
     writeln!(w, "o {name}")?;
     for (p, c) in mesh.positions.iter().zip(&mesh.colours) {
         let [x, y, z] = to_y_up(*p);
@@ -35,8 +39,11 @@ pub fn write_obj_to(mesh: &Mesh, name: &str, w: &mut impl Write) -> std::io::Res
 /// Writes `mesh` to `path` as OBJ, atomically.
 pub fn write_obj(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
     mesh.validate()?;
-    let name: String = path
-        .file_stem()
-        .map_or("mesh".into(), |s| s.to_string_lossy().chars().filter(|c| !c.is_whitespace()).collect());
+    let name: String = path.file_stem().map_or("mesh".into(), |s| {
+        s.to_string_lossy()
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect()
+    });
     write_atomic_with(path, |w| write_obj_to(mesh, &name, w)).map_err(ExportError::io(path))
 }

@@ -46,7 +46,10 @@ pub fn write_ply_to(mesh: &Mesh, w: &mut impl Write) -> std::io::Result<()> {
 pub fn write_ply(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
     mesh.validate()?;
     if mesh.positions.len() > i32::MAX as usize {
-        return Err(ExportError::Invalid { what: "mesh", reason: "too many vertices for PLY int indices".into() });
+        return Err(ExportError::Invalid {
+            what: "mesh",
+            reason: "too many vertices for PLY int indices".into(),
+        });
     }
     write_atomic_with(path, |w| write_ply_to(mesh, w)).map_err(ExportError::io(path))
 }

@@ -20,7 +20,10 @@ pub const SHEET_COLUMNS: u32 = 4;
 pub const ELEVATION: f32 = 20.0 * std::f32::consts::PI / 180.0;
 
 fn turntable(k: u32, count: u32) -> View {
-    View { azimuth: TAU * k as f32 / count as f32, elevation: ELEVATION }
+    View {
+        azimuth: TAU * k as f32 / count as f32,
+        elevation: ELEVATION,
+    }
 }
 
 /// Renders [`SHEET_VIEWS`] turntable views (45° apart, starting at the front) into a 4×2 sheet of `tile`-pixel tiles.
@@ -29,7 +32,12 @@ pub fn contact_sheet(mesh: &Mesh, tile: u32) -> RgbImage {
     let mut sheet = RgbImage::new(tile * SHEET_COLUMNS, tile * rows);
     for k in 0..SHEET_VIEWS {
         let img = render(mesh, turntable(k, SHEET_VIEWS), tile);
-        image::imageops::replace(&mut sheet, &img, ((k % SHEET_COLUMNS) * tile) as i64, ((k / SHEET_COLUMNS) * tile) as i64);
+        image::imageops::replace(
+            &mut sheet,
+            &img,
+            ((k % SHEET_COLUMNS) * tile) as i64,
+            ((k / SHEET_COLUMNS) * tile) as i64,
+        );
     }
     sheet
 }
@@ -39,13 +47,26 @@ pub fn write_contact_sheet(mesh: &Mesh, path: &Path, tile: u32) -> Result<(), Ex
     let sheet = contact_sheet(mesh, tile);
     let mut png = Vec::new();
     PngEncoder::new(&mut png)
-        .write_image(sheet.as_raw(), sheet.width(), sheet.height(), image::ExtendedColorType::Rgb8)
-        .map_err(|source| ExportError::Image { path: path.into(), source })?;
+        .write_image(
+            sheet.as_raw(),
+            sheet.width(),
+            sheet.height(),
+            image::ExtendedColorType::Rgb8,
+        )
+        .map_err(|source| ExportError::Image {
+            path: path.into(),
+            source,
+        })?;
     write_atomic(path, &png).map_err(ExportError::io(path))
 }
 
 /// Writes a looping turntable GIF of `frames` views at `size` pixels, atomically.
-pub fn write_turntable_gif(mesh: &Mesh, path: &Path, size: u32, frames: u32) -> Result<(), ExportError> {
+pub fn write_turntable_gif(
+    mesh: &Mesh,
+    path: &Path,
+    size: u32,
+    frames: u32,
+) -> Result<(), ExportError> {
     let frames: Vec<Frame> = (0..frames.max(1))
         .map(|k| {
             let rgb = render(mesh, turntable(k, frames.max(1)), size);
@@ -59,14 +80,19 @@ pub fn write_turntable_gif(mesh: &Mesh, path: &Path, size: u32, frames: u32) -> 
     let mut failure = None;
     write_atomic_with(path, |w| {
         let mut enc = GifEncoder::new_with_speed(w, 10);
-        let result = enc.set_repeat(Repeat::Infinite).and_then(|_| enc.encode_frames(frames));
+        let result = enc
+            .set_repeat(Repeat::Infinite)
+            .and_then(|_| enc.encode_frames(frames));
         result.map_err(|e| {
             failure = Some(e);
             std::io::Error::other("gif encoding failed")
         })
     })
     .map_err(|io| match failure {
-        Some(source) => ExportError::Image { path: path.into(), source },
+        Some(source) => ExportError::Image {
+            path: path.into(),
+            source,
+        },
         None => ExportError::io(path)(io),
     })
 }
@@ -91,7 +117,10 @@ mod tests {
         assert_eq!(sheet.dimensions(), (256, 128));
         // Tile centre is the sphere (red, lit), tile corner is background.
         let centre = sheet.get_pixel(32, 32).0;
-        assert!(centre[0] > 100 && centre[1] == 0 && centre[2] == 0, "{centre:?}");
+        assert!(
+            centre[0] > 100 && centre[1] == 0 && centre[2] == 0,
+            "{centre:?}"
+        );
         assert_eq!(*sheet.get_pixel(1, 1), crate::mesh::raster::BACKGROUND);
     }
 

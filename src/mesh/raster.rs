@@ -34,18 +34,30 @@ pub fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
         .sqrt()
         .max(1e-6);
     // Camera basis: the camera sits at azimuth 0 on −Y (Blender's front view) and looks at the centre.
-    let (sa, ca, se, ce) = (view.azimuth.sin(), view.azimuth.cos(), view.elevation.sin(), view.elevation.cos());
+    let (sa, ca, se, ce) = (
+        view.azimuth.sin(),
+        view.azimuth.cos(),
+        view.elevation.sin(),
+        view.elevation.cos(),
+    );
     let forward = [-sa * ce, ca * ce, -se];
     let right = [ca, sa, 0.0];
     let up = cross(right, forward);
     let scale = 0.5 * size as f32 / (radius * 1.05);
     let half = size as f32 * 0.5;
     // Light from the upper left of the camera.
-    let light = normalize(add(add(scale3(up, 0.6), scale3(right, -0.4)), scale3(forward, -1.0)));
+    let light = normalize(add(
+        add(scale3(up, 0.6), scale3(right, -0.4)),
+        scale3(forward, -1.0),
+    ));
 
     let project = |p: [f32; 3]| {
         let d = [p[0] - centre[0], p[1] - centre[1], p[2] - centre[2]];
-        [half + dot(d, right) * scale, half - dot(d, up) * scale, dot(d, forward)]
+        [
+            half + dot(d, right) * scale,
+            half - dot(d, up) * scale,
+            dot(d, forward),
+        ]
     };
     let screen: Vec<[f32; 3]> = mesh.positions.iter().map(|&p| project(p)).collect();
     let shade: Vec<[f32; 3]> = mesh
@@ -74,7 +86,11 @@ pub fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
         for y in y0..=y1 {
             for x in x0..=x1 {
                 let p = [x as f32 + 0.5, y as f32 + 0.5, 0.0];
-                let (w0, w1, w2) = (edge(b, c, p) / area, edge(c, a, p) / area, edge(a, b, p) / area);
+                let (w0, w1, w2) = (
+                    edge(b, c, p) / area,
+                    edge(c, a, p) / area,
+                    edge(a, b, p) / area,
+                );
                 if w0 < 0.0 || w1 < 0.0 || w2 < 0.0 {
                     continue;
                 }
@@ -103,7 +119,11 @@ fn dot(a: [f32; 3], b: [f32; 3]) -> f32 {
 }
 
 fn cross(a: [f32; 3], b: [f32; 3]) -> [f32; 3] {
-    [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
 }
 
 fn add(a: [f32; 3], b: [f32; 3]) -> [f32; 3] {

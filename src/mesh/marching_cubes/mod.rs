@@ -54,13 +54,24 @@ pub struct McOptions {
 
 impl Default for McOptions {
     fn default() -> Self {
-        Self { level: 0.0, mode: McMode::Exact, parallel: true }
+        Self {
+            level: 0.0,
+            mode: McMode::Exact,
+            parallel: true,
+        }
     }
 }
 
 /// Extracts the `level` surface of `grid` on all threads. See [`marching_cubes_with`].
 pub fn marching_cubes(grid: &Grid, level: f32, mode: McMode) -> Result<Mesh, ExportError> {
-    marching_cubes_with(grid, &McOptions { level, mode, parallel: true })
+    marching_cubes_with(
+        grid,
+        &McOptions {
+            level,
+            mode,
+            parallel: true,
+        },
+    )
 }
 
 /// Extracts the surface where `grid` crosses `opts.level`, closed by the outside padding.
@@ -70,22 +81,37 @@ pub fn marching_cubes(grid: &Grid, level: f32, mode: McMode) -> Result<Mesh, Exp
 pub fn marching_cubes_with(grid: &Grid, opts: &McOptions) -> Result<Mesh, ExportError> {
     grid.check_finite()?;
     if !opts.level.is_finite() {
-        return Err(ExportError::Invalid { what: "level", reason: format!("{}: need a finite number", opts.level) });
+        return Err(ExportError::Invalid {
+            what: "level",
+            reason: format!("{}: need a finite number", opts.level),
+        });
     }
     let sweep = Sweep::new(grid, opts);
     let cell_layers = sweep.np[2] - 1;
-    let slabs = if opts.parallel { (rayon::current_num_threads() * 4).min(cell_layers) } else { 1 };
-    let bounds: Vec<(usize, usize)> =
-        (0..slabs).map(|s| (s * cell_layers / slabs, (s + 1) * cell_layers / slabs)).collect();
+    let slabs = if opts.parallel {
+        (rayon::current_num_threads() * 4).min(cell_layers)
+    } else {
+        1
+    };
+    let bounds: Vec<(usize, usize)> = (0..slabs)
+        .map(|s| (s * cell_layers / slabs, (s + 1) * cell_layers / slabs))
+        .collect();
     let parts: Vec<SlabOut> = if slabs > 1 {
-        bounds.par_iter().map(|&(k0, k1)| sweep.slab(k0, k1)).collect()
+        bounds
+            .par_iter()
+            .map(|&(k0, k1)| sweep.slab(k0, k1))
+            .collect()
     } else {
         bounds.iter().map(|&(k0, k1)| sweep.slab(k0, k1)).collect()
     };
     let mut mesh = assemble(parts, opts.mode == McMode::ShapEParity);
     if mesh.faces.is_empty() {
         let (min, max) = grid.range();
-        return Err(ExportError::EmptySurface { level: opts.level, min, max });
+        return Err(ExportError::EmptySurface {
+            level: opts.level,
+            min,
+            max,
+        });
     }
     mesh.colours = vec![DEFAULT_COLOUR; mesh.positions.len()];
     Ok(mesh)
@@ -171,7 +197,8 @@ impl<'a> Sweep<'a> {
     fn point(&self, p: [usize; 3]) -> [f32; 3] {
         if self.parity {
             let b = self.grid.bounds();
-            [0, 1, 2].map(|a| (p[a] as f32 / (self.np[a] - 1) as f32) * (b.max[a] - b.min[a]) + b.min[a])
+            [0, 1, 2]
+                .map(|a| (p[a] as f32 / (self.np[a] - 1) as f32) * (b.max[a] - b.min[a]) + b.min[a])
         } else {
             self.grid.position(p.map(|i| i as f32 - 1.0))
         }
@@ -197,7 +224,8 @@ impl<'a> Sweep<'a> {
             t = t.clamp(T_EPS, 1.0 - T_EPS);
         }
         let (pa, pb) = (self.point(a), self.point(b));
-        out.positions.push([0, 1, 2].map(|d| t * pb[d] + (1.0 - t) * pa[d]));
+        out.positions
+            .push([0, 1, 2].map(|d| t * pb[d] + (1.0 - t) * pa[d]));
         let (ga, gb) = (self.gradient(a), self.gradient(b));
         let g = [0, 1, 2].map(|d| -(ga[d] * (1.0 - t) + gb[d] * t));
         let len = (g[0] * g[0] + g[1] * g[1] + g[2] * g[2]).sqrt();
@@ -230,14 +258,25 @@ impl<'a> Sweep<'a> {
             for (f, &v) in dst.iter_mut().zip(src) {
                 *f = (v > self.level) as u8;
             }
-            if let (Some(first), Some(last)) = (dst.iter().position(|&f| f != 0), dst.iter().rposition(|&f| f != 0)) {
+            if let (Some(first), Some(last)) = (
+                dst.iter().position(|&f| f != 0),
+                dst.iter().rposition(|&f| f != 0),
+            ) {
                 layer.spans[j] = (first as u32 + 1, last as u32 + 1);
             }
         }
     }
 
     /// Creates (or, for `foreign`, only numbers) the vertices of the x and y edges of padded layer `k`.
-    fn layer_edges(&self, out: &mut SlabOut, layer: &Layer, k: usize, xv: &mut [u32], yv: &mut [u32], foreign: bool) {
+    fn layer_edges(
+        &self,
+        out: &mut SlabOut,
+        layer: &Layer,
+        k: usize,
+        xv: &mut [u32],
+        yv: &mut [u32],
+        foreign: bool,
+    ) {
         let nxp = self.np[0];
         let mut count = 0u32;
         let mut new = |out: &mut SlabOut, p: [usize; 3], axis| {
@@ -275,10 +314,18 @@ impl<'a> Sweep<'a> {
         let [nxp, nyp, _] = self.np;
         let plane = nxp * nyp;
         let mut out = SlabOut::default();
-        let new_layer = || Layer { flags: vec![0; plane], spans: vec![NO_SPAN; nyp] };
+        let new_layer = || Layer {
+            flags: vec![0; plane],
+            spans: vec![NO_SPAN; nyp],
+        };
         let (mut bot, mut top) = (new_layer(), new_layer());
-        let (mut xb, mut yb, mut xt, mut yt, mut zv) =
-            (vec![0u32; plane], vec![0u32; plane], vec![0u32; plane], vec![0u32; plane], vec![0u32; plane]);
+        let (mut xb, mut yb, mut xt, mut yt, mut zv) = (
+            vec![0u32; plane],
+            vec![0u32; plane],
+            vec![0u32; plane],
+            vec![0u32; plane],
+            vec![0u32; plane],
+        );
         self.fill_layer(&mut bot, k0);
         self.layer_edges(&mut out, &bot, k0, &mut xb, &mut yb, false);
         for k in k0..k1 {
@@ -305,13 +352,19 @@ impl<'a> Sweep<'a> {
     fn cells(&self, out: &mut SlabOut, [bot, top]: [&Layer; 2], [xb, yb, xt, yt, zv]: [&[u32]; 5]) {
         let nxp = self.np[0];
         for j in 0..self.np[1] - 1 {
-            let span = union(union(bot.spans[j], bot.spans[j + 1]), union(top.spans[j], top.spans[j + 1]));
+            let span = union(
+                union(bot.spans[j], bot.spans[j + 1]),
+                union(top.spans[j], top.spans[j + 1]),
+            );
             if span.0 > span.1 {
                 continue;
             }
             let (r0, r1) = (j * nxp, (j + 1) * nxp);
             let column = |i: usize| {
-                bot.flags[r0 + i] | bot.flags[r1 + i] << 2 | top.flags[r0 + i] << 4 | top.flags[r1 + i] << 6
+                bot.flags[r0 + i]
+                    | bot.flags[r1 + i] << 2
+                    | top.flags[r0 + i] << 4
+                    | top.flags[r1 + i] << 6
             };
             let mut left = column(span.0 as usize - 1);
             for i in span.0 as usize - 1..=span.1 as usize {
@@ -356,15 +409,26 @@ fn assemble(parts: Vec<SlabOut>, parity: bool) -> Mesh {
     let mut keys = Vec::new();
     for (s, part) in parts.into_iter().enumerate() {
         let (own, next) = (offsets[s], offsets[s + 1]);
-        let fix = |v: u32| if v & FOREIGN != 0 { (v & !FOREIGN) + next } else { v + own };
-        if mesh.positions.is_empty() && own == 0 && part.faces.iter().flatten().all(|v| v & FOREIGN == 0) {
-            (mesh.positions, mesh.normals, mesh.faces, keys) = (part.positions, part.normals, part.faces, part.keys);
+        let fix = |v: u32| {
+            if v & FOREIGN != 0 {
+                (v & !FOREIGN) + next
+            } else {
+                v + own
+            }
+        };
+        if mesh.positions.is_empty()
+            && own == 0
+            && part.faces.iter().flatten().all(|v| v & FOREIGN == 0)
+        {
+            (mesh.positions, mesh.normals, mesh.faces, keys) =
+                (part.positions, part.normals, part.faces, part.keys);
             continue;
         }
         mesh.positions.extend(part.positions);
         mesh.normals.extend(part.normals);
         keys.extend(part.keys);
-        mesh.faces.extend(part.faces.into_iter().map(|t| t.map(fix)));
+        mesh.faces
+            .extend(part.faces.into_iter().map(|t| t.map(fix)));
     }
     if parity {
         renumber_by_key(&mut mesh, &keys);

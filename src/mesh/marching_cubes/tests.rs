@@ -9,7 +9,14 @@ fn grid(n: usize, f: impl Fn([f32; 3]) -> f32 + Sync) -> Grid {
 }
 
 fn extract(g: &Grid, parallel: bool) -> Mesh {
-    marching_cubes_with(g, &McOptions { parallel, ..McOptions::default() }).unwrap()
+    marching_cubes_with(
+        g,
+        &McOptions {
+            parallel,
+            ..McOptions::default()
+        },
+    )
+    .unwrap()
 }
 
 #[test]
@@ -21,7 +28,11 @@ fn sphere_is_a_closed_genus_zero_solid_with_accurate_volume() {
     assert!(s.is_clean_solid(), "{s:?}");
     assert_eq!((s.euler, s.components), (2, 1));
     let exact = 4.0 / 3.0 * PI * 0.8f64.powi(3);
-    assert!((s.signed_volume / exact - 1.0).abs() < 0.01, "{} vs {exact}", s.signed_volume);
+    assert!(
+        (s.signed_volume / exact - 1.0).abs() < 0.01,
+        "{} vs {exact}",
+        s.signed_volume
+    );
     // Same V/F as skimage / VTK on this sphere (mesh.md §1.2), and F = 2V − 4.
     assert_eq!((m.positions.len(), m.faces.len()), (48_576, 97_148));
     for (p, n) in m.positions.iter().zip(&m.normals) {
@@ -51,7 +62,11 @@ fn torus_has_euler_characteristic_zero() {
     assert_eq!((s.euler, s.components), (0, 1));
     // 2π²·R·r² = 0.3948
     let exact = 2.0 * PI * PI * 0.5 * 0.04;
-    assert!((s.signed_volume / exact - 1.0).abs() < 0.02, "{}", s.signed_volume);
+    assert!(
+        (s.signed_volume / exact - 1.0).abs() < 0.02,
+        "{}",
+        s.signed_volume
+    );
 }
 
 #[test]
@@ -63,13 +78,20 @@ fn box_with_faces_on_grid_samples_has_no_degenerate_triangles() {
     assert_eq!(s.euler, 2);
     // Samples on the level count as outside, so the faces sit just inside ±0.5 (within T_EPS of a spacing); MC
     // chamfers the 12 box edges by about h²/2 per unit length: 1 − 12·(1/16)²/2 = 0.977.
-    assert!((s.signed_volume - 0.977).abs() < 0.002, "{}", s.signed_volume);
+    assert!(
+        (s.signed_volume - 0.977).abs() < 0.002,
+        "{}",
+        s.signed_volume
+    );
 }
 
 #[test]
 fn two_disjoint_spheres_are_two_components() {
     let g = grid(48, |p| {
-        shapes::union(shapes::sphere(p, [-0.5, 0.0, 0.0], 0.3), shapes::sphere(p, [0.5, 0.0, 0.0], 0.3))
+        shapes::union(
+            shapes::sphere(p, [-0.5, 0.0, 0.0], 0.3),
+            shapes::sphere(p, [0.5, 0.0, 0.0], 0.3),
+        )
     });
     let s = extract(&g, true).stats();
     assert!(s.is_clean_solid(), "{s:?}");
@@ -101,7 +123,10 @@ fn full_field_closes_against_the_padding_as_a_box() {
 fn non_finite_values_are_rejected() {
     let g = grid(8, |p| if p[0] > 0.9 { f32::NAN } else { 1.0 });
     let err = marching_cubes(&g, 0.0, McMode::Exact).unwrap_err();
-    assert!(matches!(err, ExportError::NonFiniteField { count: 64, .. }), "{err}");
+    assert!(
+        matches!(err, ExportError::NonFiniteField { count: 64, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -134,7 +159,10 @@ fn parity_mode_applies_the_shap_e_coordinate_quirk() {
     assert_eq!(exact.positions.len(), parity.positions.len());
     assert_eq!(exact.faces.len(), parity.faces.len());
     let mean_r = |m: &Mesh| {
-        m.positions.iter().map(|p| (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt() as f64).sum::<f64>()
+        m.positions
+            .iter()
+            .map(|p| (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt() as f64)
+            .sum::<f64>()
             / m.positions.len() as f64
     };
     assert!((mean_r(&exact) - 0.6).abs() < 2e-3);
