@@ -65,7 +65,6 @@ pub enum ExportError {
 
 impl ExportError {
     /// Wraps an I/O error with the path it concerns.
-    #[allow(dead_code)]
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| Self::Io { path, source }

@@ -69,7 +69,7 @@ pub fn to_glb(mesh: &Mesh, name: &str) -> Result<Vec<u8>, ExportError> {
         ],
     });
     let mut js = doc.to_string().into_bytes();
-    while js.len() % 4 != 0 {
+    while !js.len().is_multiple_of(4) {
         js.push(b' ');
     }
     let total = 12 + 8 + js.len() + 8 + bin.len();
