@@ -1,0 +1,140 @@
+//! A small CPU z-buffer rasteriser: orthographic turntable views of a [`Mesh`] with Lambert shading and vertex
+//! colours (Gouraud: shaded per vertex, interpolated per pixel). For previews only, not for optimisation.
+
+use image::{Rgb, RgbImage};
+
+use super::colour::linear_to_srgb;
+use super::mesh::Mesh;
+
+/// Background of preview images (sRGB).
+pub const BACKGROUND: Rgb<u8> = Rgb([235, 235, 240]);
+
+/// A camera orbiting the mesh centre around the field's +Z (up) axis.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct View {
+    /// Turntable angle in radians (0: from −Y looking along +Y, Blender's front view).
+    pub azimuth: f32,
+    /// Elevation above the horizon in radians.
+    pub elevation: f32,
+}
+
+/// Renders `mesh` from `view` into a `size`×`size` image (orthographic, the bounding sphere fills the frame).
+pub fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
+    let mut img = RgbImage::from_pixel(size, size, BACKGROUND);
+    if mesh.positions.is_empty() || size == 0 {
+        return img;
+    }
+    let (lo, hi) = mesh.bounds();
+    let centre = [0, 1, 2].map(|a| (lo[a] + hi[a]) * 0.5);
+    let radius = mesh
+        .positions
+        .iter()
+        .map(|p| (0..3).map(|a| (p[a] - centre[a]).powi(2)).sum::<f32>())
+        .fold(0.0f32, f32::max)
+        .sqrt()
+        .max(1e-6);
+    // Camera basis: the camera sits at azimuth 0 on −Y (Blender's front view) and looks at the centre.
+    let (sa, ca, se, ce) = (
+        view.azimuth.sin(),
+        view.azimuth.cos(),
+        view.elevation.sin(),
+        view.elevation.cos(),
+    );
+    let forward = [-sa * ce, ca * ce, -se];
+    let right = [ca, sa, 0.0];
+    let up = cross(right, forward);
+    let scale = 0.5 * size as f32 / (radius * 1.05);
+    let half = size as f32 * 0.5;
+    // Light from the upper left of the camera.
+    let light = normalize(add(
+        add(scale3(up, 0.6), scale3(right, -0.4)),
+        scale3(forward, -1.0),
+    ));
+
+    let project = |p: [f32; 3]| {
+        let d = [p[0] - centre[0], p[1] - centre[1], p[2] - centre[2]];
+        [
+            half + dot(d, right) * scale,
+            half - dot(d, up) * scale,
+            dot(d, forward),
+        ]
+    };
+    let screen: Vec<[f32; 3]> = mesh.positions.iter().map(|&p| project(p)).collect();
+    let shade: Vec<[f32; 3]> = mesh
+        .normals
+        .iter()
+        .zip(&mesh.colours)
+        .map(|(n, c)| {
+            let lambert = 0.25 + 0.75 * dot(*n, light).max(0.0);
+            c.map(|ch| ch * lambert)
+        })
+        .collect();
+
+    let mut depth = vec![f32::INFINITY; (size * size) as usize];
+    for t in &mesh.faces {
+        let [a, b, c] = t.map(|i| screen[i as usize]);
+        let area = edge(a, b, c);
+        // Back faces (clockwise on screen, y down) and degenerate ones are skipped.
+        if area >= 0.0 || !area.is_finite() {
+            continue;
+        }
+        let x0 = a[0].min(b[0]).min(c[0]).floor().max(0.0) as u32;
+        let x1 = (a[0].max(b[0]).max(c[0]).ceil() as u32).min(size - 1);
+        let y0 = a[1].min(b[1]).min(c[1]).floor().max(0.0) as u32;
+        let y1 = (a[1].max(b[1]).max(c[1]).ceil() as u32).min(size - 1);
+        let [s0, sb, sc] = t.map(|i| shade[i as usize]);
+        for y in y0..=y1 {
+            for x in x0..=x1 {
+                let p = [x as f32 + 0.5, y as f32 + 0.5, 0.0];
+                let (w0, w1, w2) = (
+                    edge(b, c, p) / area,
+                    edge(c, a, p) / area,
+                    edge(a, b, p) / area,
+                );
+                if w0 < 0.0 || w1 < 0.0 || w2 < 0.0 {
+                    continue;
+                }
+                let z = w0 * a[2] + w1 * b[2] + w2 * c[2];
+                let slot = &mut depth[(y * size + x) as usize];
+                if z < *slot {
+                    *slot = z;
+                    let rgb = [0, 1, 2].map(|k| {
+                        let lin = w0 * s0[k] + w1 * sb[k] + w2 * sc[k];
+                        (linear_to_srgb(lin) * 255.0).round() as u8
+                    });
+                    img.put_pixel(x, y, Rgb(rgb));
+                }
+            }
+        }
+    }
+    img
+}
+
+fn edge(a: [f32; 3], b: [f32; 3], p: [f32; 3]) -> f32 {
+    (b[0] - a[0]) * (p[1] - a[1]) - (b[1] - a[1]) * (p[0] - a[0])
+}
+
+fn dot(a: [f32; 3], b: [f32; 3]) -> f32 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+fn cross(a: [f32; 3], b: [f32; 3]) -> [f32; 3] {
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
+}
+
+fn add(a: [f32; 3], b: [f32; 3]) -> [f32; 3] {
+    [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+}
+
+fn scale3(a: [f32; 3], s: f32) -> [f32; 3] {
+    a.map(|v| v * s)
+}
+
+fn normalize(a: [f32; 3]) -> [f32; 3] {
+    let l = dot(a, a).sqrt();
+    a.map(|v| v / l)
+}
