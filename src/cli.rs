@@ -3,11 +3,17 @@
 //! Exit codes: 0 success; 1 some batch items failed; 2 usage or setup error (bad arguments, bad
 //! input files, missing weights, a feature that is not available yet).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args as ClapArgs, Parser, Subcommand};
+use anyhow::{bail, Context};
+use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
+use crate::autodiff::checkpoint::Policy;
+use crate::autodiff::memory::parse_bytes;
+use crate::batch::Shard;
 use crate::device::DeviceSpec;
+use crate::models::{HubOptions, ModelKind, ModelSpec};
 
 /// Exit code: everything succeeded.
 pub const EXIT_OK: u8 = 0;
@@ -19,7 +25,11 @@ pub const EXIT_SETUP: u8 = 2;
 /// Text prompt → 3D mesh (GLB, PLY, OBJ) via a Shap-E prior and CLIP-guided optimization.
 #[derive(Debug, Parser)]
 #[command(name = "clipsculpt", version, about, long_about = None)]
-#[command(after_help = "Exit codes: 0 success, 1 some batch items failed, 2 usage or setup error.")]
+#[command(
+    after_help = "Exit codes: 0 success, 1 some batch items failed, 2 usage or setup error.\n\
+Environment: RUST_LOG (log filter), HF_HOME (hub cache), HF_HUB_OFFLINE=1 (cache only),\n\
+SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX (default --shard for batch)."
+)]
 pub struct Args {
     #[command(flatten)]
     pub log: LogArgs,
@@ -41,6 +51,72 @@ pub struct LogArgs {
     pub quiet: bool,
 }
 
+/// Which models to use.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct ModelArgs {
+    /// Shap-E pipeline: `toy` (embedded), a hub id such as openai/shap-e[@revision], or a folder.
+    #[arg(long, default_value = "toy")]
+    pub model: ModelSpec,
+    /// Scoring CLIP: `toy`, a hub id such as openai/clip-vit-base-patch16, or a folder.
+    #[arg(long, default_value = "toy")]
+    pub clip: ModelSpec,
+}
+
+/// Settings of one generation (shared by `generate` and `batch`).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub models: ModelArgs,
+    /// Random seed (prior noise, cameras, augmentations).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Prior sampling steps (Heun/Karras).
+    #[arg(long, default_value_t = 64)]
+    pub prior_steps: usize,
+    /// Classifier-free guidance scale of the prior.
+    #[arg(long, default_value_t = 15.0)]
+    pub guidance_scale: f64,
+    /// CLIP-guided optimization steps (0 = plain Shap-E).
+    #[arg(long, default_value_t = 30)]
+    pub steps: usize,
+    /// Peak learning rate of the latent optimizer.
+    #[arg(long, default_value_t = 0.03)]
+    pub lr: f64,
+    /// Random views rendered per optimization step.
+    #[arg(long, default_value_t = 2)]
+    pub views: usize,
+    /// Render resolution of each view (pixels per side).
+    #[arg(long, default_value_t = 32)]
+    pub resolution: usize,
+    /// Checkpoint policy for decoder chunks and CLIP blocks: none, blocks, sqrt, every:K, last:N.
+    #[arg(long, default_value = "blocks")]
+    pub checkpoint: Policy,
+    /// Memory budget, e.g. 6GiB: chooses chunk sizes and policy to fit, or refuses up front.
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory_budget: Option<usize>,
+    /// Marching-cubes grid size for the export.
+    #[arg(long, default_value_t = 96)]
+    pub grid: usize,
+    /// Output formats.
+    #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
+    pub formats: Vec<FormatArg>,
+}
+
+/// Output formats on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// glTF binary (Blender: File ▸ Import ▸ glTF).
+    Glb,
+    /// Binary little-endian PLY with vertex colours.
+    Ply,
+    /// OBJ with per-vertex colours.
+    Obj,
+    /// PNG contact sheet of 8 views.
+    Png,
+    /// Animated GIF turntable.
+    Gif,
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -48,29 +124,111 @@ pub enum Command {
     Generate {
         /// The text prompt, e.g. "a red cube".
         prompt: String,
+        #[command(flatten)]
+        settings: GenerateArgs,
+        /// Output folder (default outputs/<slug>-<seed>).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Run every prompt of a file (resumable, shardable).
     Batch {
-        /// Prompt file: one prompt per line, or JSONL.
-        file: std::path::PathBuf,
+        /// Prompt file: one prompt per line (# comments), or JSONL with prompt/seed/steps/name.
+        file: PathBuf,
+        #[command(flatten)]
+        settings: GenerateArgs,
+        /// Output folder of the batch.
+        #[arg(long, default_value = "outputs/batch")]
+        out: PathBuf,
+        /// This machine's shard, INDEX/COUNT (0-based); defaults from Slurm or Kubernetes.
+        #[arg(long)]
+        shard: Option<Shard>,
+        /// Shard count for Kubernetes indexed Jobs (JOB_COMPLETION_INDEX gives the index).
+        #[arg(long)]
+        shard_count: Option<usize>,
     },
     /// Plain Shap-E sampling without guidance: latent + contact sheet.
     Sample {
         /// The text prompt.
         prompt: String,
+        #[command(flatten)]
+        models: ModelArgs,
+        /// Random seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Prior sampling steps.
+        #[arg(long, default_value_t = 64)]
+        prior_steps: usize,
+        /// Classifier-free guidance scale.
+        #[arg(long, default_value_t = 15.0)]
+        guidance_scale: f64,
+        /// Output folder (default outputs/<slug>-<seed>).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Decode a saved latent to GLB/PLY/OBJ.
     Export {
         /// A latent saved by `sample` or `generate` (.safetensors).
-        latent: std::path::PathBuf,
+        latent: PathBuf,
+        #[command(flatten)]
+        models: ModelArgs,
+        /// Marching-cubes grid size.
+        #[arg(long, default_value_t = 128)]
+        grid: usize,
+        /// Output formats.
+        #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
+        formats: Vec<FormatArg>,
+        /// Output folder (default: the latent's folder).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
-    /// Show a model's configuration and parameter count.
-    Info,
-    /// Download a model's files through the Hugging Face hub cache.
+    /// Show a model's configuration and parameter count, and the environment defaults.
+    Info {
+        /// A CLIP model to describe.
+        #[arg(long)]
+        clip: Option<ModelSpec>,
+        /// A Shap-E pipeline to describe.
+        #[arg(long)]
+        model: Option<ModelSpec>,
+    },
+    /// Download a model's files into the Hugging Face cache (HF_HOME).
     Download {
-        /// A hub id such as openai/shap-e.
-        spec: String,
+        /// A hub id such as openai/shap-e or openai/clip-vit-base-patch32[@revision].
+        spec: ModelSpec,
+        /// Which layout to fetch (guessed from the id when absent).
+        #[arg(long, value_enum)]
+        kind: Option<KindArg>,
     },
+}
+
+/// Model layouts on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KindArg {
+    /// A transformers CLIP model.
+    Clip,
+    /// A diffusers Shap-E pipeline.
+    ShapE,
+}
+
+/// Environment defaults, read in this one place.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// `HF_HUB_OFFLINE` is set to a true value.
+    pub offline: bool,
+}
+
+impl Env {
+    /// Reads the process environment.
+    pub fn read() -> Env {
+        let offline = std::env::var("HF_HUB_OFFLINE")
+            .map(|v| {
+                matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "1" | "true" | "yes" | "on"
+                )
+            })
+            .unwrap_or(false);
+        Env { offline }
+    }
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
@@ -92,18 +250,55 @@ pub fn init_tracing(log: &LogArgs) {
 
 /// Runs the parsed command and returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let name = match &args.command {
-        Command::Generate { .. } => "generate",
-        Command::Batch { .. } => "batch",
-        Command::Sample { .. } => "sample",
-        Command::Export { .. } => "export",
-        Command::Info => "info",
-        Command::Download { .. } => "download",
+    let env = Env::read();
+    let hub = HubOptions {
+        offline: env.offline,
+        progress: !args.log.quiet,
     };
-    anyhow::bail!(
-        "`clipsculpt {name}` is not available yet (device {})",
-        args.device
-    )
+    match args.command {
+        Command::Download { spec, kind } => {
+            let kind = match kind {
+                Some(KindArg::Clip) => ModelKind::Clip,
+                Some(KindArg::ShapE) => ModelKind::ShapE,
+                None => ModelKind::guess(&spec),
+            };
+            let ModelSpec::Hub { .. } = &spec else {
+                bail!("`download` takes a hub id such as openai/shap-e, not '{spec}'");
+            };
+            let dir = crate::models::resolve(&spec, kind, &toy_root(), &hub)
+                .with_context(|| format!("downloading {spec}"))?;
+            println!("{}", dir.display());
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        other => {
+            let name = match other {
+                Command::Generate { .. } => "generate",
+                Command::Batch { .. } => "batch",
+                Command::Sample { .. } => "sample",
+                Command::Export { .. } => "export",
+                Command::Info { .. } => "info",
+                Command::Download { .. } => "download",
+            };
+            bail!(
+                "`clipsculpt {name}` is not available yet (device {})",
+                args.device
+            )
+        }
+    }
+}
+
+/// The folder of the embedded toy models (`assets/toy` next to the crate, or beside the binary).
+pub fn toy_root() -> PathBuf {
+    let crate_assets = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("assets")
+        .join("toy");
+    if crate_assets.is_dir() {
+        return crate_assets;
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("assets").join("toy")))
+        .unwrap_or(crate_assets)
 }
 
 #[allow(dead_code)]
