@@ -410,3 +410,34 @@ impl SimpleBackend for Shared {
             .is_some_and(|w| w.header.contains_key(name))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tensor of the fixture checkpoint is read, except the int64 `position_ids` buffers that
+    /// transformers no longer uses; an unused key would be as much a bug as a missing one.
+    #[test]
+    fn every_tensor_in_the_file_is_used() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clip");
+        for (dir, full) in [("tiny-clip", true), ("tiny-text-proj", false)] {
+            let dir = root.join(dir);
+            let (_, config) = read_config(&dir).unwrap();
+            let weights = Weights::open(&dir).unwrap();
+            let mut in_file: BTreeSet<String> = weights.header.keys().cloned().collect();
+            in_file.retain(|k| !k.ends_with("position_ids"));
+            let backend = Shared(std::sync::Arc::new(CheckingBackend::new(weights)));
+            let vb = VarBuilder::from_backend(Box::new(backend.clone()), DType::F32, Device::Cpu);
+            match (config, full) {
+                (ConfigFile::Full(cfg), true) => drop(ClipModel::new(vb, &cfg).unwrap()),
+                (config, false) => {
+                    let (cfg, p) = text_config(config);
+                    drop(ClipTextModelWithProjection::new(vb, &cfg, p).unwrap())
+                }
+                _ => panic!("fixture {} has the wrong config form", dir.display()),
+            }
+            assert!(backend.take_problems().is_empty());
+            assert_eq!(backend.used(), in_file, "{}", dir.display());
+        }
+    }
+}
