@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use candle_core::safetensors::MmapedSafetensors;
@@ -59,81 +60,8 @@ pub fn load_text_with_projection(
     })
 }
 
-/// A summary of the model in `dir` for `clipsculpt info --clip`: the config's sizes, the
-/// parameter count (computed from the config; the weights need not be present) and the weights
-/// file, if any.
-pub fn describe(dir: &Path) -> Result<String, LoadError> {
-    let (path, config) = read_config(dir)?;
-    let dry = Shared(std::sync::Arc::new(CheckingBackend::dry()));
-    let vb = VarBuilder::from_backend(Box::new(dry), DType::F32, Device::Cpu);
-    let (kind, built) = match &config {
-        ConfigFile::Full(cfg) => ("CLIPModel", ClipModel::new(vb, cfg).map(|_| ())),
-        ConfigFile::Text(_) => {
-            let (cfg, p) = text_config(config.clone());
-            (
-                "CLIPTextModelWithProjection",
-                ClipTextModelWithProjection::new(vb, &cfg, p).map(|_| ()),
-            )
-        }
-    };
-    built.map_err(|source| LoadError::Build {
-        path: path.clone(),
-        source,
-    })?;
-    let params = DRY_PARAMS.with(|c| c.replace(0));
-    let mut s = format!("{kind} at {}\n", dir.display());
-    let tower = |s: &mut String, name: &str, t: &ClipTextConfig| {
-        s.push_str(&format!(
-            "  {name}: {} layers, width {}, {} heads, mlp {}, {:?}, vocab {}, context {}\n",
-            t.num_hidden_layers,
-            t.hidden_size,
-            t.num_attention_heads,
-            t.intermediate_size,
-            t.hidden_act,
-            t.vocab_size,
-            t.max_position_embeddings
-        ));
-    };
-    match &config {
-        ConfigFile::Full(cfg) => {
-            tower(&mut s, "text", &cfg.text_config);
-            let v = &cfg.vision_config;
-            s.push_str(&format!(
-                "  vision: {} layers, width {}, {} heads, mlp {}, {:?}, image {}, patch {}\n",
-                v.num_hidden_layers,
-                v.hidden_size,
-                v.num_attention_heads,
-                v.intermediate_size,
-                v.hidden_act,
-                v.image_size,
-                v.patch_size
-            ));
-            s.push_str(&format!("  projection: {}\n", cfg.projection_dim));
-        }
-        ConfigFile::Text(t) => {
-            tower(&mut s, "text", t);
-            s.push_str(&format!("  projection: {}\n", t.projection_dim));
-        }
-    }
-    s.push_str(&format!(
-        "  parameters: {params} ({:.1} M)\n",
-        params as f64 / 1e6
-    ));
-    match find_weights(dir) {
-        Ok(w) => {
-            let size = std::fs::metadata(&w).map(|m| m.len()).unwrap_or(0);
-            s.push_str(&format!(
-                "  weights: {} ({:.1} MB)",
-                w.display(),
-                size as f64 / 1e6
-            ));
-        }
-        Err(_) => s.push_str("  weights: not present"),
-    }
-    Ok(s)
-}
-
-fn text_config(config: ConfigFile) -> (ClipTextConfig, usize) {
+/// The text tower's config and projection size of either config form.
+pub(crate) fn text_config(config: ConfigFile) -> (ClipTextConfig, usize) {
     match config {
         ConfigFile::Full(ClipConfig {
             text_config,
@@ -281,18 +209,14 @@ impl Weights {
     }
 }
 
-thread_local! {
-    /// Elements requested from a dry backend on this thread (read by [`describe`]).
-    static DRY_PARAMS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// A VarBuilder backend that serves tensors from a [`Weights`] file (upcast to the requested dtype)
 /// and records every problem instead of stopping at the first. Without a file ("dry") it serves
-/// zero views and counts the requested elements.
+/// zero views; both count the requested elements.
 pub(crate) struct CheckingBackend {
     weights: Option<Weights>,
     problems: Mutex<Vec<TensorProblem>>,
     used: Mutex<BTreeSet<String>>,
+    requested: AtomicUsize,
 }
 
 impl CheckingBackend {
@@ -301,16 +225,22 @@ impl CheckingBackend {
             weights: Some(weights),
             problems: Mutex::default(),
             used: Mutex::default(),
+            requested: AtomicUsize::new(0),
         }
     }
 
-    fn dry() -> Self {
-        DRY_PARAMS.with(|c| c.set(0));
+    pub(crate) fn dry() -> Self {
         Self {
             weights: None,
             problems: Mutex::default(),
             used: Mutex::default(),
+            requested: AtomicUsize::new(0),
         }
+    }
+
+    /// Elements of all tensors requested so far (the parameter count after a build).
+    pub(crate) fn requested_elements(&self) -> usize {
+        self.requested.load(Ordering::Relaxed)
     }
 
     fn take_problems(&self) -> Vec<TensorProblem> {
@@ -372,8 +302,8 @@ impl SimpleBackend for Shared {
             .lock()
             .expect("used-key lock poisoned (bug)")
             .insert(name.to_string());
+        self.requested.fetch_add(s.elem_count(), Ordering::Relaxed);
         let Some(w) = &self.weights else {
-            DRY_PARAMS.with(|c| c.set(c.get() + s.elem_count()));
             return CheckingBackend::placeholder(&s, dtype, dev);
         };
         let expected = s.dims().to_vec();

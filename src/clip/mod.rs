@@ -8,9 +8,10 @@
 //! - [`config`]: `config.json` (full and text-only forms), [`tokenizer`]: prompts → ids,
 //! - [`transformer`]: the encoder both towers share, [`text`] and [`vision`]: the towers,
 //! - [`model`]: both towers, [`preprocess`]: images → pixels, [`scorer`]: embeddings and cosines,
-//! - [`load`]: directory → validated model, [`error`]: the boundary errors.
+//! - [`load`]: directory → validated model, [`describe`]: its summary, [`error`]: the boundary errors.
 
 pub mod config;
+pub mod describe;
 pub mod error;
 pub mod load;
 pub mod model;
@@ -22,8 +23,9 @@ pub mod transformer;
 pub mod vision;
 
 pub use config::{Activation, ClipConfig, ClipTextConfig, ClipVisionConfig, ConfigFile};
+pub use describe::describe;
 pub use error::{LoadError, TensorProblem, TokenizeError};
-pub use load::{describe, load_clip, load_text_with_projection};
+pub use load::{load_clip, load_text_with_projection};
 pub use model::ClipModel;
 pub use preprocess::{preprocess, OPENAI_MEAN, OPENAI_STD};
 pub use scorer::ClipScorer;
