@@ -27,7 +27,7 @@ impl Attention {
     /// Loads the four projections under `vb` (`…self_attn`).
     pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         let d = cfg.hidden_size;
-        if cfg.num_attention_heads == 0 || d % cfg.num_attention_heads != 0 {
+        if cfg.num_attention_heads == 0 || !d.is_multiple_of(cfg.num_attention_heads) {
             candle_core::bail!(
                 "hidden_size {d} is not divisible by num_attention_heads {}",
                 cfg.num_attention_heads

@@ -30,7 +30,7 @@ impl VisionEmbeddings {
     /// Loads the embeddings under `vb` (`vision_model.embeddings`).
     pub fn new(vb: VarBuilder, cfg: &ClipVisionConfig) -> Result<Self> {
         let (d, c, p) = (cfg.hidden_size, cfg.num_channels, cfg.patch_size);
-        if p == 0 || cfg.image_size % p != 0 {
+        if p == 0 || !cfg.image_size.is_multiple_of(p) {
             candle_core::bail!(
                 "image_size {} is not a multiple of patch_size {p}",
                 cfg.image_size
