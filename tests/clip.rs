@@ -48,6 +48,7 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
 
 fn assert_close(what: &str, ours: &Tensor, reference: &Tensor) {
     let err = max_abs(ours, reference);
+    eprintln!("{what}: max abs error {err:.3e}");
     assert!(err < 1e-4, "{what}: max abs error {err}");
 }
 
@@ -192,6 +193,7 @@ fn pixel_gradient_matches_reference() -> Result<()> {
     let (cos, grad) = pixel_gradient(&scorer, &io["images"], &Policy::None)?;
     assert_close("cosine", &cos, &io["cosine"]);
     let err = rel_err(&grad, &io["images_grad"]);
+    eprintln!("pixel gradient: relative error {err:.3e}");
     assert!(err < 1e-3, "pixel gradient relative error {err}");
     Ok(())
 }
@@ -206,6 +208,7 @@ fn checkpointed_vision_backward_matches_plain() -> Result<()> {
     for policy in [Policy::BLOCKS, Policy::Sqrt] {
         let (_, g) = pixel_gradient(&scorer, &images, &policy)?;
         let err = max_abs(&g, &plain);
+        eprintln!("{policy} vs none: max abs gradient difference {err:.3e}");
         assert!(err < 1e-6, "{policy}: max abs difference {err}");
     }
     Ok(())
