@@ -48,9 +48,13 @@ fn random_tower(
             projection,
         )?;
         let data = varmap.data().lock().expect("varmap lock");
-        data.iter()
+        let mut names: Vec<_> = data
+            .iter()
             .map(|(k, v)| (k.clone(), v.dims().to_vec()))
-            .collect()
+            .collect();
+        // Sorted, so that each key gets the same draws in every run (HashMap order is random).
+        names.sort();
+        names
     };
     let mut rng = Rng::new(7);
     let mut ts = HashMap::new();
