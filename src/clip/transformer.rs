@@ -1,0 +1,288 @@
+//! The pre-LN transformer encoder shared by the text and vision towers (transformers'
+//! `CLIPAttention`, `CLIPMLP`, `CLIPEncoderLayer`, `CLIPEncoder` in `models/clip/modeling_clip.py`).
+//!
+//! Every op is differentiable (our LayerNorm and softmax, frozen-weight linears), and each layer is a
+//! checkpoint [`Block`], so the stack runs under any [`Policy`].
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Module, Result, Tensor, D};
+use candle_nn::VarBuilder;
+
+use super::config::{Activation, EncoderConfig};
+use crate::autodiff::checkpoint::{measure_costs, run_chain, Block, Policy};
+use crate::autodiff::nn::{layer_norm, linear, LayerNorm, Linear};
+use crate::autodiff::ops;
+use crate::autodiff::vjp::{attach, Vjp};
+
+/// Multi-head self-attention (`self_attn`: `q_proj`, `k_proj`, `v_proj`, `out_proj`).
+#[derive(Debug, Clone)]
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    out_proj: Linear,
+    num_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    /// Loads the four projections under `vb` (`…self_attn`).
+    pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+        let d = cfg.hidden_size;
+        if cfg.num_attention_heads == 0 || !d.is_multiple_of(cfg.num_attention_heads) {
+            candle_core::bail!(
+                "hidden_size {d} is not divisible by num_attention_heads {}",
+                cfg.num_attention_heads
+            );
+        }
+        Ok(Self {
+            q_proj: linear(d, d, vb.pp("q_proj"))?,
+            k_proj: linear(d, d, vb.pp("k_proj"))?,
+            v_proj: linear(d, d, vb.pp("v_proj"))?,
+            out_proj: linear(d, d, vb.pp("out_proj"))?,
+            num_heads: cfg.num_attention_heads,
+            head_dim: d / cfg.num_attention_heads,
+        })
+    }
+
+    /// `x (batch, tokens, hidden)` → same shape; `mask (tokens, tokens)` is added to the scores
+    /// (0 or −∞).
+    pub fn forward(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+        let (b, t, d) = x.dims3()?;
+        let heads = |y: Tensor| -> Result<Tensor> {
+            y.reshape((b, t, self.num_heads, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        // softmax(q·kᵀ / √head_dim + mask) · v, with the scale folded into q.
+        let q = heads((self.q_proj.forward(x)? * (self.head_dim as f64).powf(-0.5))?)?;
+        let k = heads(self.k_proj.forward(x)?)?;
+        let v = heads(self.v_proj.forward(x)?)?;
+        let mut scores = q.matmul(&k.t()?)?;
+        if let Some(mask) = mask {
+            scores = scores.broadcast_add(mask)?;
+        }
+        let probs = ops::softmax(&scores, D::Minus1)?;
+        let y = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, d))?;
+        self.out_proj.forward(&y)
+    }
+}
+
+/// The feed-forward block (`mlp`: `fc1`, activation, `fc2`).
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    fc1: Linear,
+    fc2: Linear,
+    act: Activation,
+}
+
+impl Mlp {
+    /// Loads `fc1` and `fc2` under `vb` (`…mlp`).
+    pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+        Ok(Self {
+            fc1: linear(cfg.hidden_size, cfg.intermediate_size, vb.pp("fc1"))?,
+            fc2: linear(cfg.intermediate_size, cfg.hidden_size, vb.pp("fc2"))?,
+            act: cfg.hidden_act,
+        })
+    }
+}
+
+impl Module for Mlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.fc1.forward(x)?;
+        let h = activate(&h, self.act)?;
+        self.fc2.forward(&h)
+    }
+}
+
+/// Applies `act` elementwise, differentiably.
+pub fn activate(x: &Tensor, act: Activation) -> Result<Tensor> {
+    match act {
+        Activation::QuickGelu => quick_gelu(x),
+        Activation::Gelu => x.gelu_erf(),
+    }
+}
+
+/// `y = x·σ(1.702x)` as one graph node that keeps only `x` and `y`; composed from candle ops it
+/// would also keep `1.702x` and `σ(1.702x)`, doubling the MLP's stored activations.
+/// Backward: `dy/dx = s + 1.702·x·s·(1 − s) = s·(1 + 1.702·x·(1 − s))` with `s = σ(1.702x)`.
+fn quick_gelu(x: &Tensor) -> Result<Tensor> {
+    let xd = x.detach();
+    let y = (&xd * candle_nn::ops::sigmoid(&(&xd * 1.702)?)?)?;
+    attach(
+        "quick_gelu",
+        y,
+        &[x],
+        Arc::new(|v: &Vjp| {
+            let x = &v.inputs[0];
+            let s = candle_nn::ops::sigmoid(&(x * 1.702)?)?;
+            let slope = (((x * s.affine(-1.0, 1.0)?)? * 1.702)? + 1.0)?;
+            Ok(vec![Some((v.grad * (s * slope)?)?)])
+        }),
+    )
+}
+
+/// One pre-LN layer: `x + attn(ln1(x))`, then `h + mlp(ln2(h))`.
+#[derive(Debug, Clone)]
+pub struct EncoderLayer {
+    self_attn: Attention,
+    layer_norm1: LayerNorm,
+    mlp: Mlp,
+    layer_norm2: LayerNorm,
+}
+
+impl EncoderLayer {
+    /// Loads one layer under `vb` (`…encoder.layers.{i}`).
+    pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+        let (d, eps) = (cfg.hidden_size, cfg.layer_norm_eps);
+        Ok(Self {
+            self_attn: Attention::new(vb.pp("self_attn"), cfg)?,
+            layer_norm1: layer_norm(d, eps, vb.pp("layer_norm1"))?,
+            mlp: Mlp::new(vb.pp("mlp"), cfg)?,
+            layer_norm2: layer_norm(d, eps, vb.pp("layer_norm2"))?,
+        })
+    }
+}
+
+impl Block for EncoderLayer {
+    /// `context` is empty, or holds the additive attention mask `(tokens, tokens)`.
+    fn forward(&self, x: &Tensor, context: &[Tensor]) -> Result<Tensor> {
+        let h = self
+            .self_attn
+            .forward(&self.layer_norm1.forward(x)?, context.first())?;
+        let x = (x + h)?;
+        let h = self.mlp.forward(&self.layer_norm2.forward(&x)?)?;
+        x + h
+    }
+}
+
+/// The layer stack (`encoder.layers.{i}`).
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    layers: Vec<EncoderLayer>,
+}
+
+impl Encoder {
+    /// Loads `num_hidden_layers` layers under `vb` (`…encoder`).
+    pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+        let vb = vb.pp("layers");
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| EncoderLayer::new(vb.pp(i), cfg))
+            .collect::<Result<_>>()?;
+        Ok(Self { layers })
+    }
+
+    /// Number of layers.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Whether the stack has no layers.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// Runs the stack on `x (batch, tokens, hidden)` with an optional additive `mask`, checkpointed
+    /// as `policy` says (a byte budget measures each layer first, on the CPU).
+    pub fn forward(&self, x: &Tensor, mask: Option<&Tensor>, policy: &Policy) -> Result<Tensor> {
+        let context: Vec<Tensor> = mask.into_iter().cloned().collect();
+        let costs = match policy {
+            Policy::Budget(_) => measure_costs(&self.layers, x, &context)?,
+            _ => None,
+        };
+        let plan = policy
+            .plan(self.layers.len(), costs.as_deref())
+            .map_err(candle_core::Error::wrap)?;
+        run_chain(&self.layers, x, &context, &plan)
+    }
+}
+
+/// The causal mask `(tokens, tokens)`: 0 on and below the diagonal, −∞ above it.
+pub fn causal_mask(tokens: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+    let mask: Vec<f32> = (0..tokens)
+        .flat_map(|i| (0..tokens).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(mask, (tokens, tokens), device)?.to_dtype(dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autodiff::ops::testing::{check_grad, randn};
+    use std::collections::HashMap;
+
+    fn tiny(act: Activation) -> EncoderConfig {
+        EncoderConfig {
+            hidden_size: 8,
+            intermediate_size: 6,
+            num_hidden_layers: 2,
+            num_attention_heads: 2,
+            hidden_act: act,
+            layer_norm_eps: 1e-5,
+        }
+    }
+
+    /// Random f64 weights for every key the encoder asks for (recorded from a zero-init builder).
+    fn random_encoder(cfg: &EncoderConfig) -> Result<Encoder> {
+        let dev = Device::Cpu;
+        let varmap = candle_nn::VarMap::new();
+        let vb = VarBuilder::from_varmap(&varmap, DType::F64, &dev);
+        Encoder::new(vb, cfg)?;
+        let mut ts = HashMap::new();
+        for (i, (name, var)) in varmap.data().lock().unwrap().iter().enumerate() {
+            let t = (randn(var.dims(), i as u64 + 10, &dev)? * 0.5)?;
+            ts.insert(name.clone(), t.to_dtype(DType::F64)?);
+        }
+        Encoder::new(VarBuilder::from_tensors(ts, DType::F64, &dev), cfg)
+    }
+
+    /// The fused quick-GELU equals the composed formula and its derivative the finite difference.
+    #[test]
+    fn quick_gelu_value_and_gradient() -> Result<()> {
+        let x = (randn(&[3, 7], 5, &Device::Cpu)? * 3.0)?;
+        let composed = (&x * candle_nn::ops::sigmoid(&(&x * 1.702)?)?)?;
+        let err = (quick_gelu(&x)? - composed)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
+        assert!(err < 1e-6, "max error {err}");
+        check_grad(&[x], |t| quick_gelu(&t[0]))
+    }
+
+    /// d/dx of the whole causal stack, both activations, against central differences.
+    #[test]
+    fn encoder_gradient_matches_finite_differences() -> Result<()> {
+        for act in [Activation::QuickGelu, Activation::Gelu] {
+            let enc = random_encoder(&tiny(act))?;
+            let x = randn(&[2, 3, 8], 1, &Device::Cpu)?;
+            let mask = causal_mask(3, DType::F64, &Device::Cpu)?;
+            check_grad(&[x], |t| enc.forward(&t[0], Some(&mask), &Policy::None))?;
+        }
+        Ok(())
+    }
+
+    /// With the causal mask, token i sees only tokens ≤ i: changing the last token leaves the
+    /// first outputs unchanged.
+    #[test]
+    fn causal_mask_hides_the_future() -> Result<()> {
+        let enc = random_encoder(&tiny(Activation::QuickGelu))?;
+        let dev = Device::Cpu;
+        let mask = causal_mask(4, DType::F64, &dev)?;
+        let x = randn(&[1, 4, 8], 2, &dev)?.to_dtype(DType::F64)?;
+        let bump = Tensor::cat(
+            &[
+                Tensor::zeros((1, 3, 8), DType::F64, &dev)?,
+                Tensor::ones((1, 1, 8), DType::F64, &dev)?,
+            ],
+            1,
+        )?;
+        let a = enc.forward(&x, Some(&mask), &Policy::None)?;
+        let b = enc.forward(&(&x + bump)?, Some(&mask), &Policy::None)?;
+        let diff = (a - b)?.abs()?;
+        let head = diff.narrow(1, 0, 3)?.max_all()?.to_scalar::<f64>()?;
+        let tail = diff.narrow(1, 3, 1)?.max_all()?.to_scalar::<f64>()?;
+        assert!(head < 1e-12 && tail > 1e-6, "head {head}, tail {tail}");
+        Ok(())
+    }
+}
