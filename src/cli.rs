@@ -270,6 +270,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             println!("{}", dir.display());
             Ok(ExitCode::from(EXIT_OK))
         }
+        Command::Info { clip, model } => {
+            println!("device: {}", args.device);
+            println!(
+                "hf cache: HF_HUB_OFFLINE={} (cache in $HF_HOME, default ~/.cache/huggingface)",
+                env.offline
+            );
+            println!("toy models: {}", toy_root().display());
+            if let Some(spec) = clip {
+                let dir = crate::models::resolve(&spec, ModelKind::Clip, &toy_root(), &hub)
+                    .with_context(|| format!("resolving CLIP model {spec}"))?;
+                println!("\nCLIP {spec} ({})", dir.display());
+                println!(
+                    "{}",
+                    crate::clip::describe(&dir)
+                        .with_context(|| format!("reading {}", dir.display()))?
+                );
+            }
+            if let Some(spec) = model {
+                let dir = crate::models::resolve(&spec, ModelKind::ShapE, &toy_root(), &hub)
+                    .with_context(|| format!("resolving Shap-E model {spec}"))?;
+                println!("\nShap-E {spec} ({})", dir.display());
+            }
+            Ok(ExitCode::from(EXIT_OK))
+        }
         other => {
             let name = match other {
                 Command::Generate { .. } => "generate",

@@ -46,10 +46,16 @@ fn download_offline_without_cache_names_the_fix() {
     let home = tempfile::tempdir().unwrap();
     let o = clipsculpt(
         &["download", "openai/clip-vit-base-patch32"],
-        &[("HF_HUB_OFFLINE", "1"), ("HF_HOME", home.path().to_str().unwrap())],
+        &[
+            ("HF_HUB_OFFLINE", "1"),
+            ("HF_HOME", home.path().to_str().unwrap()),
+        ],
     );
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
-    assert!(e.contains("HF_HUB_OFFLINE") && e.contains("config.json"), "{e}");
+    assert!(
+        e.contains("HF_HUB_OFFLINE") && e.contains("config.json"),
+        "{e}"
+    );
     assert_eq!(e.trim().lines().count(), 1, "one-line error: {e}");
 }
