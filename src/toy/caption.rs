@@ -109,12 +109,22 @@ mod tests {
     #[test]
     fn prompt_files_are_current_and_parse() {
         // Regenerate with: cargo test --lib toy -- --ignored write_prompt_files
-        assert_eq!(include_str!("../../prompts/toy-eval.txt"), eval_prompt_file(false));
-        assert_eq!(include_str!("../../prompts/toy-heldout.txt"), eval_prompt_file(true));
+        assert_eq!(
+            include_str!("../../prompts/toy-eval.txt"),
+            eval_prompt_file(false)
+        );
+        assert_eq!(
+            include_str!("../../prompts/toy-heldout.txt"),
+            eval_prompt_file(true)
+        );
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
         let file = crate::batch::parse_prompt_file(&root.join("toy-eval.txt")).unwrap();
         assert_eq!((file.items.len(), file.errors.len()), (36, 0));
-        for (name, items) in [("objects.txt", 30), ("example.jsonl", 3), ("toy-heldout.txt", 6)] {
+        for (name, items) in [
+            ("objects.txt", 30),
+            ("example.jsonl", 3),
+            ("toy-heldout.txt", 6),
+        ] {
             let file = crate::batch::parse_prompt_file(&root.join(name)).unwrap();
             assert_eq!((file.items.len(), file.errors.len()), (items, 0), "{name}");
         }
@@ -124,8 +134,16 @@ mod tests {
     #[ignore = "writes prompts/toy-eval.txt and prompts/toy-heldout.txt"]
     fn write_prompt_files() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
-        crate::atomic::write_atomic(&root.join("toy-eval.txt"), eval_prompt_file(false).as_bytes()).unwrap();
-        crate::atomic::write_atomic(&root.join("toy-heldout.txt"), eval_prompt_file(true).as_bytes()).unwrap();
+        crate::atomic::write_atomic(
+            &root.join("toy-eval.txt"),
+            eval_prompt_file(false).as_bytes(),
+        )
+        .unwrap();
+        crate::atomic::write_atomic(
+            &root.join("toy-heldout.txt"),
+            eval_prompt_file(true).as_bytes(),
+        )
+        .unwrap();
     }
 
     #[test]

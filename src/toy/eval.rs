@@ -73,7 +73,9 @@ pub enum EvalError {
     #[error("mesh has {0} non-finite positions or colours; the field produced NaN or inf")]
     NonFinite(usize),
     /// Every triangle has zero area.
-    #[error("mesh has zero surface area, so its colour is undefined; every triangle is degenerate")]
+    #[error(
+        "mesh has zero surface area, so its colour is undefined; every triangle is degenerate"
+    )]
     ZeroArea,
     /// The mesh encloses no volume at the voxel resolution (flat, open or tiny).
     #[error(
@@ -118,7 +120,10 @@ pub fn shape_scores(mesh: &Mesh, opts: &EvalOptions) -> Result<Vec<ShapeScore>, 
     let extent = [0, 1, 2].map(|a| hi[a] - lo[a]);
     // Pad the box by half a cell so that cells on the surface are not cut off.
     let pad = extent.map(|e| e / (2 * n) as f32);
-    let (blo, bhi) = ([0, 1, 2].map(|a| lo[a] - pad[a]), [0, 1, 2].map(|a| hi[a] + pad[a]));
+    let (blo, bhi) = (
+        [0, 1, 2].map(|a| lo[a] - pad[a]),
+        [0, 1, 2].map(|a| hi[a] + pad[a]),
+    );
     let no_volume = EvalError::NoVolume {
         resolution: n,
         extent,
@@ -150,7 +155,9 @@ pub fn shape_scores(mesh: &Mesh, opts: &EvalOptions) -> Result<Vec<ShapeScore>, 
             let yaws: Vec<f32> = match shape.yaw_period() {
                 Some(period) => {
                     let steps = opts.yaw_steps.max(1);
-                    (0..steps).map(|i| period * i as f32 / steps as f32).collect()
+                    (0..steps)
+                        .map(|i| period * i as f32 / steps as f32)
+                        .collect()
                 }
                 None => vec![0.0],
             };
@@ -183,7 +190,10 @@ pub fn mean_colour(mesh: &Mesh) -> Result<[f32; 3], EvalError> {
     let mut weight = vec![0.0f64; mesh.positions.len()];
     for face in &mesh.faces {
         let [a, b, c] = face.map(|i| mesh.positions[i as usize].map(f64::from));
-        let (u, v) = ([0, 1, 2].map(|k| b[k] - a[k]), [0, 1, 2].map(|k| c[k] - a[k]));
+        let (u, v) = (
+            [0, 1, 2].map(|k| b[k] - a[k]),
+            [0, 1, 2].map(|k| c[k] - a[k]),
+        );
         let cross = [
             u[1] * v[2] - u[2] * v[1],
             u[2] * v[0] - u[0] * v[2],
@@ -269,9 +279,7 @@ fn check(mesh: &Mesh) -> Result<(), EvalError> {
 mod tests {
     use super::*;
     use crate::autodiff::rng::Rng;
-    use crate::mesh::{
-        marching_cubes, sample_colours, sample_grid, Bounds, McMode, DEFAULT_CHUNK,
-    };
+    use crate::mesh::{marching_cubes, sample_colours, sample_grid, Bounds, McMode, DEFAULT_CHUNK};
     use crate::toy::world::{combinations, WorldObject};
     use candle_core::Device;
 
@@ -300,9 +308,28 @@ mod tests {
             worst_iou = worst_iou.min(verdict.shape_iou);
             worst_margin = worst_margin.min(verdict.shape_iou - verdict.ranking[1].iou);
         }
-        eprintln!("ground truth: 36/36, lowest IoU {worst_iou:.3}, smallest margin {worst_margin:.3}");
+        eprintln!(
+            "ground truth: 36/36, lowest IoU {worst_iou:.3}, smallest margin {worst_margin:.3}"
+        );
         assert!(worst_iou > 0.9, "lowest IoU {worst_iou}");
         assert!(worst_margin > 0.05, "smallest margin {worst_margin}");
+    }
+
+    #[test]
+    fn verdicts_survive_other_seeds_translation_and_coarse_meshes() {
+        // Two more variations per combination: one moved off-centre (meshed at 64³), one meshed at 32³.
+        let mut rng = Rng::new(7);
+        for (shape, colour) in combinations() {
+            let mut shifted = mesh_of(&WorldObject::random(shape, colour, &mut rng), 64);
+            for p in &mut shifted.positions {
+                *p = [p[0] + 0.1, p[1] - 0.05, p[2] + 0.08];
+            }
+            let coarse = mesh_of(&WorldObject::random(shape, colour, &mut rng), 32);
+            for mesh in [shifted, coarse] {
+                let v = classify(&mesh).unwrap();
+                assert_eq!((v.shape, v.colour), (shape, colour), "{v:?}");
+            }
+        }
     }
 
     #[test]
@@ -336,7 +363,10 @@ mod tests {
         }
         // Lab anchors: white (1, 1, 1) is L* = 100, a* = b* = 0; black is L* = 0.
         let w = linear_to_lab([1.0; 3]);
-        assert!((w[0] - 100.0).abs() < 0.01 && w[1].abs() < 0.01 && w[2].abs() < 0.01, "{w:?}");
+        assert!(
+            (w[0] - 100.0).abs() < 0.01 && w[1].abs() < 0.01 && w[2].abs() < 0.01,
+            "{w:?}"
+        );
         assert!(linear_to_lab([0.0; 3])[0].abs() < 1e-4);
     }
 }

@@ -144,7 +144,9 @@ impl EvalTable {
     pub fn to_markdown(&self) -> String {
         let s = self.summary();
         let pct = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{:.1} %", 100.0 * v));
-        let num = |v: Option<f64>, digits: usize| v.map_or("–".to_string(), |v| format!("{v:.digits$}"));
+        let num = |v: Option<f64>, digits: usize| {
+            v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
+        };
         let mut out = String::from(
             "| split | prompts | shape | colour | both | mean IoU | failed | s/prompt |\n\
              |---|---|---|---|---|---|---|---|\n",
@@ -188,7 +190,8 @@ fn summarise(records: Vec<&EvalRecord>) -> SplitSummary {
         both_accuracy: frac(count(&|r| r.shape_correct() && r.colour_correct())),
         mean_iou: (!ious.is_empty()).then(|| ious.iter().sum::<f64>() / ious.len() as f64),
         failed: count(&|r| r.error.is_some()),
-        seconds_per_prompt: (n > 0).then(|| records.iter().map(|r| r.seconds).sum::<f64>() / n as f64),
+        seconds_per_prompt: (n > 0)
+            .then(|| records.iter().map(|r| r.seconds).sum::<f64>() / n as f64),
     }
 }
 
@@ -220,7 +223,8 @@ mod tests {
             .unwrap();
         t.push("a blue cone", Ok(&verdict(Shape::Cone, Colour::Red)), 3.0)
             .unwrap();
-        t.push("a green sphere", Err(&EvalError::Empty), 2.0).unwrap();
+        t.push("a green sphere", Err(&EvalError::Empty), 2.0)
+            .unwrap();
         let s = t.summary();
         assert_eq!(s.all.prompts, 3);
         assert_eq!(s.seen.shape_accuracy, Some(1.0));
@@ -231,12 +235,17 @@ mod tests {
         assert_eq!(s.held_out.both_accuracy, Some(0.0));
         assert_eq!(s.held_out.mean_iou, None);
         let md = t.to_markdown();
-        assert!(md.contains("| seen | 2 | 100.0 % | 50.0 % | 50.0 % | 0.900 | 0 | 2.00 |"), "{md}");
+        assert!(
+            md.contains("| seen | 2 | 100.0 % | 50.0 % | 50.0 % | 0.900 | 0 | 2.00 |"),
+            "{md}"
+        );
         assert!(md.contains("| held-out | 1 | 0.0 % |"), "{md}");
         let json: serde_json::Value = serde_json::from_str(&t.to_json().unwrap()).unwrap();
         assert_eq!(json["summary"]["all"]["prompts"], 3);
         assert_eq!(json["records"][0]["expected_shape"], "cube");
-        assert!(t.push("a wooden chair", Err(&EvalError::Empty), 0.0).is_err());
+        assert!(t
+            .push("a wooden chair", Err(&EvalError::Empty), 0.0)
+            .is_err());
     }
 
     #[test]

@@ -214,7 +214,10 @@ mod tests {
             let words = pre_tokenize(&caption);
             let expected: Vec<String> = words.iter().map(|w| format!("{w}{END_OF_WORD}")).collect();
             assert_eq!(enc.get_tokens(), expected.as_slice(), "{caption}");
-            assert!(!enc.get_ids().contains(&eos), "unknown token in {caption:?}");
+            assert!(
+                !enc.get_ids().contains(&eos),
+                "unknown token in {caption:?}"
+            );
         }
         // With special tokens: <|startoftext|> … <|endoftext|>, and case/whitespace are normalised.
         let enc = tok.encode("A  Red\tCUBE", true).unwrap();
@@ -240,6 +243,9 @@ mod tests {
         // CLIP's vocab.json starts "!" = 0, '"' = 1 and maps the space byte to 'Ġ' (U+0120).
         assert_eq!((symbols[0], symbols[1]), ('!', '"'));
         assert_eq!(byte_to_symbol()[b' ' as usize], 'Ġ');
-        assert_eq!(pre_tokenize("a 3d render, x"), ["a", "3", "d", "render", ",", "x"]);
+        assert_eq!(
+            pre_tokenize("a 3d render, x"),
+            ["a", "3", "d", "render", ",", "x"]
+        );
     }
 }

@@ -61,7 +61,9 @@ pub(crate) fn voxelise(mesh: &Mesh, lo: [f32; 3], hi: [f32; 3], n: usize) -> Vox
                 a[axis].min(b[axis]).min(c[axis]),
                 a[axis].max(b[axis]).max(c[axis]),
             );
-            let first = ((mn - lo[axis]) / step[axis] - 0.5 - JITTER[axis]).ceil().max(0.0) as usize;
+            let first = ((mn - lo[axis]) / step[axis] - 0.5 - JITTER[axis])
+                .ceil()
+                .max(0.0) as usize;
             let last = ((mx - lo[axis]) / step[axis] - 0.5 - JITTER[axis]).floor();
             if last < 0.0 {
                 return first..first;
