@@ -334,8 +334,8 @@ mod tests {
             let o = WorldObject::random(Shape::Sphere, Colour::White, &mut rng);
             assert!((SCALE_RANGE.0..=SCALE_RANGE.1).contains(&o.params.scale));
             let base = Colour::White.linear();
-            for i in 0..3 {
-                let ratio = o.params.rgb[i] / base[i];
+            for (rgb, base) in o.params.rgb.iter().zip(base) {
+                let ratio = rgb / base;
                 assert!((0.75..=1.07).contains(&ratio), "{ratio}");
             }
         }
