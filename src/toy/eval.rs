@@ -139,16 +139,15 @@ pub fn shape_scores(mesh: &Mesh, opts: &EvalOptions) -> Result<Vec<ShapeScore>, 
     let volume = cells.len() as f32 * voxels.cell_volume();
     let count = cells.len() as f32;
     let centroid = [0, 1, 2].map(|a| cells.iter().map(|p| p[a]).sum::<f32>() / count);
-    let mut scores: Vec<ShapeScore> = super::world::Shape::ALL
+    let mut scores: Vec<ShapeScore> = Shape::ALL
         .into_iter()
         .map(|shape| {
             let k = (volume / shape.canonical_volume()).cbrt();
             // Canonical coordinates: q = R(−yaw)·(p − c)/k + (0, 0, z̄), z̄ the canonical centroid height.
-            let origin = [centroid[0], centroid[1], centroid[2]];
             let local: Vec<[f32; 3]> = cells
                 .iter()
                 .map(|p| {
-                    let d = [0, 1, 2].map(|a| (p[a] - origin[a]) / k);
+                    let d = [0, 1, 2].map(|a| (p[a] - centroid[a]) / k);
                     [d[0], d[1], d[2] + shape.canonical_centroid_z()]
                 })
                 .collect();

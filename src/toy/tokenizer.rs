@@ -209,6 +209,7 @@ mod tests {
         let bos = tok.token_to_id(BOS).unwrap();
         let size = tok.get_vocab_size(true) as u32;
         assert_eq!((bos, eos), (size - 2, size - 1));
+        eprintln!("toy tokenizer: {size} tokens ({} merges)", size - 514);
         for caption in all_captions() {
             let enc = tok.encode(caption.as_str(), false).unwrap();
             let words = pre_tokenize(&caption);
