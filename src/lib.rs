@@ -15,6 +15,7 @@ pub mod mesh;
 pub mod models;
 pub mod render;
 pub mod shap_e;
+pub mod toy;
 
 /// Unit tests count heap bytes, as the binary and the benches do.
 #[cfg(test)]

@@ -1,0 +1,22 @@
+//! The embedded toy world (`shared/design/ARCHITECTURE.md`, "The embedded toy world"): a procedural world of
+//! analytic shapes × colours with captions, the toy CLIP's tokenizer, and an evaluator that judges exported meshes
+//! against the analytic ground truth, without CLIP.
+//!
+//! * [`world`]: [`Shape`], [`Colour`], [`WorldObject`] (a [`crate::mesh::Field`]), [`HELD_OUT`];
+//! * [`caption`]: "a red cube" and paraphrases, [`parse_caption`];
+//! * [`tokenizer`]: [`toy_tokenizer_json`], a CLIP-style BPE `tokenizer.json` covering every caption word;
+//! * [`eval`]: [`classify`] a mesh by volumetric IoU against each shape and by mean colour;
+//! * [`report`]: [`EvalTable`], accuracies split into seen and held-out combinations.
+
+pub mod caption;
+pub mod eval;
+pub mod report;
+pub mod tokenizer;
+mod voxel;
+pub mod world;
+
+pub use caption::{caption, captions, parse_caption};
+pub use eval::{classify, classify_with, Classification, EvalError, EvalOptions, ShapeScore};
+pub use report::{EvalRecord, EvalSummary, EvalTable, SplitSummary, UnknownPrompt};
+pub use tokenizer::toy_tokenizer_json;
+pub use world::{is_held_out, Colour, Shape, Variation, WorldObject, HELD_OUT};
