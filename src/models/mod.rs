@@ -4,6 +4,7 @@
 
 mod hub;
 mod layout;
+pub mod random;
 mod spec;
 
 pub use hub::{fetch_files, HubError, HubOptions};
