@@ -347,3 +347,34 @@ fn contact_sheet_is_a_5_by_4_png() {
     let img = image::load_from_memory(&png).unwrap();
     assert_eq!((img.width(), img.height()), (30, 24));
 }
+
+/// A diffusers-layout root with the tiny components loads as one model: `renderer/` is the
+/// fallback when `shap_e_renderer/` is absent.
+#[test]
+fn whole_checkpoint_folder_loads() {
+    let root = tempfile::tempdir().unwrap();
+    let copy = |from: &str, to: &str| {
+        let dst = root.path().join(to);
+        std::fs::create_dir_all(&dst).unwrap();
+        for e in std::fs::read_dir(dir().join(from)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+    };
+    copy("prior_a", "prior");
+    copy("renderer_a", "renderer");
+    copy("scheduler", "scheduler");
+    let m = clipsculpt::shap_e::ShapE::load(root.path(), DType::F32, &Device::Cpu).unwrap();
+    let text = Tensor::ones((1, 16), DType::F32, &Device::Cpu).unwrap();
+    let z = m.sample(&text, 2, 15.0, &mut Rng::new(0)).unwrap();
+    let p = root.path().join("latent.safetensors");
+    clipsculpt::shap_e::save_latent(&p, &z).unwrap();
+    let back = clipsculpt::shap_e::load_latent(&p, &Device::Cpu).unwrap();
+    let cam = Camera::orbit(0.0, 0.3, 4.0, 0.7, 4, 4);
+    let img = m
+        .decoder
+        .render(&back, &cam, &RenderSettings::default(), &mut Rng::new(1))
+        .unwrap();
+    assert_eq!(img.rgb.dims(), &[4, 4, 3]);
+    assert_eq!(img.opacity.dims(), &[4, 4]);
+}

@@ -186,6 +186,9 @@ pub fn render_rays(
     draws: &RayDraws,
     settings: &RenderSettings,
 ) -> Result<Rendered> {
+    if origins.dim(0)? == 0 {
+        candle_core::bail!("nothing to render: zero rays");
+    }
     if settings.n_coarse < 2 {
         candle_core::bail!(
             "at least 2 coarse samples per ray are needed, got {}",
@@ -232,6 +235,9 @@ pub fn render_views_with(
         candle_core::bail!("render_views needs at least one camera");
     };
     let (h, w) = (first.height, first.width);
+    if h == 0 || w == 0 {
+        candle_core::bail!("camera size {w}×{h} has no pixels");
+    }
     if cameras.iter().any(|c| (c.height, c.width) != (h, w)) {
         candle_core::bail!("all cameras of one render must have the same size");
     }
