@@ -123,6 +123,7 @@ fn prior_matches_diffusers() {
         let t = k("t").to_vec1::<f32>().unwrap()[0];
         let out = prior.forward(k("x"), t, k("proj")).unwrap();
         let err = max_abs(&out, k("out"));
+        eprintln!("prior_{name}: max abs {err:e}");
         assert!(err <= 1e-4, "prior_{name}: max abs {err}");
         // The same under a checkpoint policy.
         let ck = prior
@@ -157,6 +158,7 @@ fn guided_sampling_matches_diffusers() {
         )
         .unwrap();
         let err = max_abs(&out, &fx[&format!("{key}.out")]);
+        eprintln!("{key}: max abs {err:e}");
         assert!(err <= 2.5e-4, "{key}: max abs {err}");
     }
 }
@@ -194,6 +196,7 @@ fn params_proj_and_mlp_match_diffusers() {
         }
         let raw = dec.query(&weights, k("mlp.points")).unwrap();
         let err = max_abs(&raw, k("mlp.raw"));
+        eprintln!("{name} mlp raw: max abs {err:e}");
         assert!(err <= 1e-4, "{name} mlp raw: {err}");
         let pts = k("mlp.points").squeeze(0).unwrap();
         let (sdf, rgb) = dec.query_field(k("latent"), &pts).unwrap();
@@ -235,6 +238,7 @@ fn render_matches_diffusers() {
             let out =
                 render::render_views_with(&dec, latent, &pan_cameras(size), &s, &draws).unwrap();
             let err = max_abs(&out.rgb, &fx[&format!("{name}.render.image")]);
+            eprintln!("render {name} chunk {chunk:?}: max abs {err:e}");
             assert!(err <= 1e-3, "render {name} chunk {chunk:?}: max abs {err}");
         }
     }
@@ -291,6 +295,7 @@ fn render_gradient_matches_finite_differences() {
         let g = g.flatten_all().unwrap().to_vec1::<f64>().unwrap();
         assert!(g.iter().any(|v| v.abs() > 1e-6), "gradient is not all zero");
         let eps = 1e-6;
+        let mut worst = 0f64;
         for j in (0..flat.len()).step_by(flat.len() / 24) {
             let probe = |d: f64| {
                 let mut v = flat.clone();
@@ -306,6 +311,7 @@ fn render_gradient_matches_finite_differences() {
                 g[j]
             );
         }
+        eprintln!("render gradient, chunks {chunk:?}: worst relative error {worst:e}");
     }
 }
 
