@@ -1,0 +1,146 @@
+//! The latent decoder (`shap_e_renderer/` or legacy `renderer/`): params projection + NeRSTF MLP,
+//! and the component loaders. Rendering is in [`crate::render`]; this file knows only fields.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Result, Tensor};
+use candle_nn::VarBuilder;
+
+use super::config::{read_config, PriorConfig, RendererConfig};
+use super::error::LoadError;
+use super::load::{build_checked, find_weights, read_weights, Loaded};
+use super::nerstf::{self, NerstfMlp};
+use super::params_proj::ParamsProj;
+use super::prior::PriorTransformer;
+
+/// Points per MLP call in graph-free field queries.
+const QUERY_CHUNK: usize = 4096;
+
+/// Params projection and NeRSTF MLP with their config.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    params_proj: ParamsProj,
+    mlp: NerstfMlp,
+    cfg: RendererConfig,
+}
+
+impl Decoder {
+    /// Builds the decoder from weights under `vb` (`params_proj.*`, `mlp.*`). `void.background`,
+    /// `mesh_decoder.*` and the placeholder `mlp.mlp.{0..3}.weight` are deliberately not read.
+    pub fn new(vb: VarBuilder, cfg: &RendererConfig) -> Result<Self> {
+        cfg.validate().map_err(candle_core::Error::Msg)?;
+        Ok(Self {
+            params_proj: ParamsProj::new(vb.pp("params_proj"), cfg)?,
+            mlp: NerstfMlp::new(vb.pp("mlp"), cfg)?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Loads `config.json` and the weights of a renderer folder (`shap_e_renderer/` or
+    /// `renderer/`), checking every key and shape.
+    pub fn load(
+        dir: &Path,
+        dtype: DType,
+        device: &Device,
+    ) -> std::result::Result<Loaded<Self>, LoadError> {
+        let cfg: RendererConfig = read_config(&dir.join("config.json"))?;
+        let weights = find_weights(dir)?;
+        Self::load_file(&cfg, &weights, dtype, device)
+    }
+
+    /// Loads the decoder for `cfg` from one weight file.
+    pub fn load_file(
+        cfg: &RendererConfig,
+        weights: &Path,
+        dtype: DType,
+        device: &Device,
+    ) -> std::result::Result<Loaded<Self>, LoadError> {
+        let tensors = read_weights(weights, dtype, device)?;
+        build_checked(tensors, weights, dtype, device, |vb| Self::new(vb, cfg))
+    }
+
+    /// The config.
+    pub fn config(&self) -> &RendererConfig {
+        &self.cfg
+    }
+
+    /// The MLP (static part).
+    pub fn mlp(&self) -> &NerstfMlp {
+        &self.mlp
+    }
+
+    /// The latent-derived MLP weights, one `(B, out, in)` per projected layer, for
+    /// `latent (B, rows, d_latent)`; a `(B, rows·d_latent)` latent is reshaped first.
+    pub fn mlp_weights(&self, latent: &Tensor) -> Result<Vec<Tensor>> {
+        let latent = self.as_rows(latent)?;
+        self.params_proj
+            .forward(&latent.to_dtype(self.mlp.dtype())?)
+    }
+
+    /// Reshapes a flat `(B, rows·d)` latent to `(B, rows, d)`; passes `(B, rows, d)` through.
+    pub fn as_rows(&self, latent: &Tensor) -> Result<Tensor> {
+        match latent.rank() {
+            3 => Ok(latent.clone()),
+            2 => latent.reshape((latent.dim(0)?, self.cfg.latent_rows(), self.cfg.d_latent)),
+            _ => candle_core::bail!(
+                "latent {:?} must be (B, rows, d) or (B, rows·d)",
+                latent.shape()
+            ),
+        }
+    }
+
+    /// Raw MLP outputs `(B, n, 12)` at `points (B, n, 3)` for the latent-derived `weights`.
+    pub fn query(&self, weights: &[Tensor], points: &Tensor) -> Result<Tensor> {
+        self.mlp
+            .forward(weights, &points.to_dtype(self.mlp.dtype())?)
+    }
+
+    /// Graph-free field query for mesh extraction (spec §5.4): `latent` `(1, rows, d)` or
+    /// `(rows, d)`, `points (n, 3)` → `sdf (n)` (`tanh` of channel 0, **positive inside**) and
+    /// STF colour `rgb (n, 3)` in `[0, 1]` (sRGB, before any linearisation). Inputs are detached,
+    /// so no graph is built even for a `Var` latent; evaluated in chunks of 4096 points.
+    pub fn query_field(&self, latent: &Tensor, points: &Tensor) -> Result<(Tensor, Tensor)> {
+        let latent = latent.detach();
+        let latent = if latent.rank() == 2 && latent.dim(0)? == self.cfg.latent_rows() {
+            latent.unsqueeze(0)?
+        } else {
+            latent
+        };
+        if latent.dim(0)? != 1 {
+            candle_core::bail!("query_field takes one latent, got {:?}", latent.shape());
+        }
+        let weights = self.mlp_weights(&latent)?;
+        let points = points.detach();
+        let n = points.dim(0)?;
+        let (mut sdfs, mut rgbs) = (Vec::new(), Vec::new());
+        for start in (0..n).step_by(QUERY_CHUNK) {
+            let len = QUERY_CHUNK.min(n - start);
+            let raw = self.query(&weights, &points.narrow(0, start, len)?.unsqueeze(0)?)?;
+            sdfs.push(nerstf::sdf(&raw)?.squeeze(0)?);
+            rgbs.push(nerstf::stf_rgb(&raw)?.squeeze(0)?);
+        }
+        if sdfs.is_empty() {
+            let dt = self.mlp.dtype();
+            return Ok((
+                Tensor::zeros(0, dt, points.device())?,
+                Tensor::zeros((0, 3), dt, points.device())?,
+            ));
+        }
+        Ok((Tensor::cat(&sdfs, 0)?, Tensor::cat(&rgbs, 0)?))
+    }
+}
+
+/// Loads `config.json` and the weights of a prior folder (`prior/`), checking every key and shape.
+/// `clip_mean`/`clip_std` are reported in [`Loaded::unused`] (unused by the pipeline).
+pub fn load_prior(
+    dir: &Path,
+    dtype: DType,
+    device: &Device,
+) -> std::result::Result<Loaded<PriorTransformer>, LoadError> {
+    let cfg: PriorConfig = read_config(&dir.join("config.json"))?;
+    let weights = find_weights(dir)?;
+    let tensors = read_weights(&weights, dtype, device)?;
+    build_checked(tensors, &weights, dtype, device, |vb| {
+        PriorTransformer::new(vb, &cfg)
+    })
+}

@@ -1,0 +1,90 @@
+//! A whole Shap-E checkpoint folder (diffusers layout): `prior/`, `scheduler/` and the decoder
+//! from `shap_e_renderer/` or, when that has no readable weights, the legacy `renderer/`.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Result, Tensor};
+
+use super::config::{read_config, SchedulerConfig};
+use super::decoder::{load_prior, Decoder};
+use super::error::LoadError;
+use super::load::find_weights;
+use super::prior::PriorTransformer;
+use super::sampler::sample_latents_from;
+use crate::autodiff::rng::Rng;
+
+/// Decoder folders tried, in order.
+pub const DECODER_DIRS: [&str; 2] = ["shap_e_renderer", "renderer"];
+
+/// Prior, scheduler config and decoder of one Shap-E checkpoint.
+#[derive(Debug, Clone)]
+pub struct ShapE {
+    /// The latent prior.
+    pub prior: PriorTransformer,
+    /// The sampler's schedule.
+    pub scheduler: SchedulerConfig,
+    /// The latent decoder.
+    pub decoder: Decoder,
+}
+
+impl ShapE {
+    /// Loads `root/prior`, `root/scheduler/scheduler_config.json` (the Shap-E values if the file
+    /// is absent) and the first decoder folder of [`DECODER_DIRS`] that has weights.
+    pub fn load(
+        root: &Path,
+        dtype: DType,
+        device: &Device,
+    ) -> std::result::Result<Self, LoadError> {
+        let prior = load_prior(&root.join("prior"), dtype, device)?.model;
+        let sched_path = root.join("scheduler").join("scheduler_config.json");
+        let scheduler = if sched_path.is_file() {
+            read_config(&sched_path)?
+        } else {
+            SchedulerConfig::shap_e()
+        };
+        let mut last_err = None;
+        for d in DECODER_DIRS {
+            let dir = root.join(d);
+            match find_weights(&dir) {
+                Ok(_) => {
+                    return Ok(Self {
+                        prior,
+                        scheduler,
+                        decoder: Decoder::load(&dir, dtype, device)?.model,
+                    })
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or(LoadError::NoWeights {
+            dir: root.to_path_buf(),
+            tried: DECODER_DIRS.iter().map(|s| s.to_string()).collect(),
+        }))
+    }
+
+    /// Latents `(B, tokens, d_latent)` for raw CLIP `text_embeds (B, dim)` with noise from `rng`.
+    pub fn sample(
+        &self,
+        text_embeds: &Tensor,
+        steps: usize,
+        guidance_scale: f32,
+        rng: &mut Rng,
+    ) -> Result<Tensor> {
+        let cfg = self.prior.config();
+        let b = text_embeds.dim(0)?;
+        let noise = rng
+            .normal_tensor(
+                &[b, cfg.num_embeddings * cfg.embedding_dim],
+                text_embeds.device(),
+            )?
+            .to_dtype(text_embeds.dtype())?;
+        sample_latents_from(
+            &self.prior,
+            &self.scheduler,
+            text_embeds,
+            &noise,
+            steps,
+            guidance_scale,
+        )
+    }
+}

@@ -1,0 +1,279 @@
+//! The Shap-E prior: diffusers' `PriorTransformer` as configured for Shap-E (reference:
+//! diffusers `models/transformers/prior_transformer.py`, `models/attention.py`; spec
+//! `shap-e.md` §3). Fields are named after the checkpoint keys (`transformer_blocks.{i}.attn1.to_q`,
+//! `ff.net.0.proj`, …). The blocks implement [`Block`] so that the stack runs under any
+//! checkpoint [`Policy`]; everything is differentiable (our LayerNorm/softmax/linear).
+//!
+//! Token order: `[proj_embedding, time, latent tokens…]`; the positional embedding covers the
+//! latent tokens only; no attention mask; output channels `[0, embedding_dim)` are the x0
+//! prediction (the rest are the discarded variance logits).
+
+use candle_core::{DType, Module, Result, Tensor, D};
+use candle_nn::VarBuilder;
+
+use super::config::{Activation, NormType, PriorConfig};
+use crate::autodiff::checkpoint::{run_chain, Block, Policy};
+use crate::autodiff::nn::{layer_norm, linear, LayerNorm, Linear};
+use crate::autodiff::ops;
+
+const LN_EPS: f64 = 1e-5;
+
+fn activate(x: &Tensor, act: Activation) -> Result<Tensor> {
+    match act {
+        Activation::Gelu => x.gelu_erf(),
+        Activation::Silu => x.silu(),
+    }
+}
+
+/// `attn1`: multi-head self-attention with biased q/k/v/out projections.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    to_q: Linear,
+    to_k: Linear,
+    to_v: Linear,
+    /// `to_out.0` (`to_out.1` is dropout).
+    to_out: Linear,
+    heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    fn new(vb: VarBuilder, cfg: &PriorConfig) -> Result<Self> {
+        let d = cfg.inner_dim();
+        Ok(Self {
+            to_q: linear(d, d, vb.pp("to_q"))?,
+            to_k: linear(d, d, vb.pp("to_k"))?,
+            to_v: linear(d, d, vb.pp("to_v"))?,
+            to_out: linear(d, d, vb.pp("to_out").pp("0"))?,
+            heads: cfg.num_attention_heads,
+            head_dim: cfg.attention_head_dim,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (n, t, _) = x.dims3()?;
+        let split = |y: Tensor| -> Result<Tensor> {
+            y.reshape((n, t, self.heads, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let scale = (self.head_dim as f64).powf(-0.5);
+        let q = (split(self.to_q.forward(x)?)? * scale)?;
+        let k = split(self.to_k.forward(x)?)?;
+        let v = split(self.to_v.forward(x)?)?;
+        let w = ops::softmax(&q.matmul(&k.t()?)?, D::Minus1)?;
+        let o = w.matmul(&v)?.transpose(1, 2)?.reshape((n, t, ()))?;
+        self.to_out.forward(&o)
+    }
+}
+
+/// `ff`: `net.0.proj` → exact GELU → (`net.1` dropout) → `net.2`.
+#[derive(Debug, Clone)]
+pub struct FeedForward {
+    net_0_proj: Linear,
+    net_2: Linear,
+}
+
+impl FeedForward {
+    fn new(vb: VarBuilder, d: usize) -> Result<Self> {
+        let net = vb.pp("net");
+        Ok(Self {
+            net_0_proj: linear(d, 4 * d, net.pp("0").pp("proj"))?,
+            net_2: linear(4 * d, d, net.pp("2"))?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.net_2.forward(&self.net_0_proj.forward(x)?.gelu_erf()?)
+    }
+}
+
+/// `transformer_blocks.{i}`: pre-LN self-attention and feed-forward (diffusers
+/// `BasicTransformerBlock` without cross-attention, hence `norm1` and `norm3`).
+#[derive(Debug, Clone)]
+pub struct PriorBlock {
+    norm1: LayerNorm,
+    attn1: Attention,
+    norm3: LayerNorm,
+    ff: FeedForward,
+}
+
+impl PriorBlock {
+    fn new(vb: VarBuilder, cfg: &PriorConfig) -> Result<Self> {
+        let d = cfg.inner_dim();
+        Ok(Self {
+            norm1: layer_norm(d, LN_EPS, vb.pp("norm1"))?,
+            attn1: Attention::new(vb.pp("attn1"), cfg)?,
+            norm3: layer_norm(d, LN_EPS, vb.pp("norm3"))?,
+            ff: FeedForward::new(vb.pp("ff"), d)?,
+        })
+    }
+}
+
+impl Block for PriorBlock {
+    fn forward(&self, x: &Tensor, _context: &[Tensor]) -> Result<Tensor> {
+        let h = (x + self.attn1.forward(&self.norm1.forward(x)?)?)?;
+        &h + self.ff.forward(&self.norm3.forward(&h)?)?
+    }
+}
+
+/// `time_embedding`: `linear_1` → activation → `linear_2` on the sinusoidal timestep features.
+#[derive(Debug, Clone)]
+pub struct TimestepEmbedding {
+    linear_1: Linear,
+    linear_2: Linear,
+    act: Activation,
+}
+
+/// Sinusoidal timestep features of width `dim` (`flip_sin_to_cos`, shift 0, max period 10000):
+/// `[cos(t·f_k), sin(t·f_k)]` with `f_k = exp(−ln(10⁴)·k/(dim/2))`, computed in f32 like diffusers.
+///
+/// `t`: `(n)` fractional timesteps. Returns `(n, dim)`.
+pub fn timestep_features(
+    t: &[f32],
+    dim: usize,
+    dtype: DType,
+    dev: &candle_core::Device,
+) -> Result<Tensor> {
+    let half = dim / 2;
+    let ln = -(10000f64.ln()) as f32;
+    let freqs: Vec<f32> = (0..half)
+        .map(|k| ((ln * k as f32) / half as f32).exp())
+        .collect();
+    let mut v = Vec::with_capacity(t.len() * dim);
+    for &ti in t {
+        let args: Vec<f32> = freqs.iter().map(|f| ti * f).collect();
+        v.extend(args.iter().map(|a| a.cos()));
+        v.extend(args.iter().map(|a| a.sin()));
+        v.extend(std::iter::repeat_n(0.0, dim - 2 * half));
+    }
+    Tensor::from_vec(v, (t.len(), dim), dev)?.to_dtype(dtype)
+}
+
+/// The Shap-E prior transformer.
+#[derive(Debug, Clone)]
+pub struct PriorTransformer {
+    time_embedding: TimestepEmbedding,
+    proj_in: Linear,
+    embedding_proj_norm: Option<LayerNorm>,
+    embedding_proj: Linear,
+    positional_embedding: Tensor,
+    norm_in: Option<LayerNorm>,
+    transformer_blocks: Vec<PriorBlock>,
+    norm_out: LayerNorm,
+    proj_to_clip_embeddings: Linear,
+    cfg: PriorConfig,
+}
+
+impl PriorTransformer {
+    /// Builds the prior from weights under `vb` (diffusers key names). `clip_mean`/`clip_std` in
+    /// the checkpoint are deliberately not loaded (unused by the pipeline).
+    pub fn new(vb: VarBuilder, cfg: &PriorConfig) -> Result<Self> {
+        cfg.validate().map_err(candle_core::Error::Msg)?;
+        let d = cfg.inner_dim();
+        let te = vb.pp("time_embedding");
+        let time_embedding = TimestepEmbedding {
+            linear_1: linear(d, cfg.time_embed_dim(), te.pp("linear_1"))?,
+            linear_2: linear(cfg.time_embed_dim(), d, te.pp("linear_2"))?,
+            act: cfg.time_embed_act_fn,
+        };
+        let norm = |t: Option<NormType>, size: usize, name: &str| -> Result<Option<LayerNorm>> {
+            t.map(|NormType::Layer| layer_norm(size, LN_EPS, vb.pp(name)))
+                .transpose()
+        };
+        let blocks = vb.pp("transformer_blocks");
+        Ok(Self {
+            time_embedding,
+            proj_in: linear(cfg.embedding_dim, d, vb.pp("proj_in"))?,
+            embedding_proj_norm: norm(
+                cfg.embedding_proj_norm_type,
+                cfg.embedding_proj_dim(),
+                "embedding_proj_norm",
+            )?,
+            embedding_proj: linear(cfg.embedding_proj_dim(), d, vb.pp("embedding_proj"))?,
+            positional_embedding: vb.get((1, cfg.positional_rows(), d), "positional_embedding")?,
+            norm_in: norm(cfg.norm_in_type, d, "norm_in")?,
+            transformer_blocks: (0..cfg.num_layers)
+                .map(|i| PriorBlock::new(blocks.pp(i.to_string()), cfg))
+                .collect::<Result<_>>()?,
+            norm_out: layer_norm(d, LN_EPS, vb.pp("norm_out"))?,
+            proj_to_clip_embeddings: linear(
+                d,
+                cfg.clip_embed_dim(),
+                vb.pp("proj_to_clip_embeddings"),
+            )?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &PriorConfig {
+        &self.cfg
+    }
+
+    /// One evaluation without checkpointing; see [`Self::forward_with_policy`].
+    pub fn forward(&self, x: &Tensor, timestep: f32, proj_embedding: &Tensor) -> Result<Tensor> {
+        self.forward_with_policy(x, timestep, proj_embedding, &Policy::None)
+    }
+
+    /// One evaluation with the blocks run under `policy`.
+    ///
+    /// `x`: `(n, num_embeddings, embedding_dim)` scaled latents; `timestep`: fractional training
+    /// timestep; `proj_embedding`: `(n, embedding_proj_dim)` conditioning. Returns
+    /// `(n, num_embeddings, clip_embed_dim)`; channels `[0, embedding_dim)` are the x0 prediction.
+    pub fn forward_with_policy(
+        &self,
+        x: &Tensor,
+        timestep: f32,
+        proj_embedding: &Tensor,
+        policy: &Policy,
+    ) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let (n, rows, width) = x.dims3()?;
+        if rows != cfg.num_embeddings || width != cfg.embedding_dim {
+            candle_core::bail!(
+                "prior input {:?} does not match the config ({} tokens × {})",
+                x.shape(),
+                cfg.num_embeddings,
+                cfg.embedding_dim
+            );
+        }
+        let d = cfg.inner_dim();
+        let feats = timestep_features(&vec![timestep; n], d, x.dtype(), x.device())?;
+        let te = &self.time_embedding;
+        let temb = te
+            .linear_2
+            .forward(&activate(&te.linear_1.forward(&feats)?, te.act)?)?;
+        let mut cond = proj_embedding.clone();
+        if let Some(norm) = &self.embedding_proj_norm {
+            cond = norm.forward(&cond)?;
+        }
+        let cond = self.embedding_proj.forward(&cond)?;
+        let h = self.proj_in.forward(x)?;
+        let h = Tensor::cat(&[cond.unsqueeze(1)?, temb.unsqueeze(1)?, h], 1)?;
+        let tokens = rows + 2;
+        let pos_rows = cfg.positional_rows();
+        let pos = if pos_rows < tokens {
+            let pad = Tensor::zeros((1, tokens - pos_rows, d), h.dtype(), h.device())?;
+            Tensor::cat(&[pad, self.positional_embedding.clone()], 1)?
+        } else {
+            self.positional_embedding.clone()
+        };
+        let mut h = h.broadcast_add(&pos)?;
+        if let Some(norm) = &self.norm_in {
+            h = norm.forward(&h)?;
+        }
+        let plan = policy
+            .plan(self.transformer_blocks.len(), None)
+            .map_err(|e| candle_core::Error::Msg(format!("prior checkpoint plan: {e}")))?;
+        let h = run_chain(&self.transformer_blocks, &h, &[], &plan)?;
+        let h = self.norm_out.forward(&h)?.narrow(1, 2, rows)?;
+        self.proj_to_clip_embeddings.forward(&h)
+    }
+
+    /// The x0 prediction: the first `embedding_dim` output channels of [`Self::forward`].
+    pub fn predict_x0(&self, x: &Tensor, timestep: f32, proj_embedding: &Tensor) -> Result<Tensor> {
+        self.forward(x, timestep, proj_embedding)?
+            .narrow(2, 0, self.cfg.embedding_dim)
+    }
+}
