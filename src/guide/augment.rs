@@ -78,12 +78,13 @@ pub fn draw(
     })
 }
 
-/// Composites `rgb (3, H, W)` with opacity `alpha (1, H, W)` over the drawn background, crops
-/// and resizes to `out × out`: differentiable with respect to `rgb` and `alpha`.
+/// Composites the premultiplied colour `rgb (3, H, W)` (a render over black) with opacity
+/// `alpha (1, H, W)` over the drawn background, crops and resizes to `out × out`:
+/// `rgb + (1 − alpha)·background`, differentiable with respect to `rgb` and `alpha`.
 pub fn apply(rgb: &Tensor, alpha: &Tensor, draw: &AugmentDraw, out: usize) -> Result<Tensor> {
     let bg = draw.background.to_dtype(rgb.dtype())?;
     let inv = alpha.affine(-1.0, 1.0)?;
-    let img = (rgb.broadcast_mul(alpha)? + bg.broadcast_mul(&inv)?)?;
+    let img = (rgb + bg.broadcast_mul(&inv)?)?;
     let (top, left, size) = draw.crop;
     let crop = img.narrow(1, top, size)?.narrow(2, left, size)?;
     resize_bilinear(&crop.unsqueeze(0)?, out, out, true)?.squeeze(0)
@@ -134,7 +135,8 @@ mod tests {
         Ok(())
     }
 
-    /// An opaque view ignores the background; a transparent one shows only the background.
+    /// An opaque view ignores the background; a transparent one (premultiplied colour 0) shows
+    /// only the background.
     #[test]
     fn compositing_uses_opacity() -> Result<()> {
         let dev = Device::Cpu;
@@ -144,7 +146,12 @@ mod tests {
         };
         let rgb = Tensor::full(0.75f32, (3, 4, 4), &dev)?;
         let opaque = apply(&rgb, &Tensor::ones((1, 4, 4), DType::F32, &dev)?, &d, 4)?;
-        let clear = apply(&rgb, &Tensor::zeros((1, 4, 4), DType::F32, &dev)?, &d, 4)?;
+        let clear = apply(
+            &rgb.zeros_like()?,
+            &Tensor::zeros((1, 4, 4), DType::F32, &dev)?,
+            &d,
+            4,
+        )?;
         assert_eq!(opaque.mean_all()?.to_scalar::<f32>()?, 0.75);
         assert_eq!(clear.mean_all()?.to_scalar::<f32>()?, 0.25);
         Ok(())

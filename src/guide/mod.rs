@@ -3,4 +3,7 @@
 //! and the scoring CLIP.
 
 pub mod augment;
+pub mod optimize;
 pub mod schedule;
+
+pub use optimize::{optimize, score, GuideError, GuideSettings, GuideTrace};

@@ -1,0 +1,267 @@
+//! The CLIP-guided latent optimization loop: per step, render random views of the latent
+//! through the checkpointed decoder, composite them over random backgrounds, crop, score them
+//! with the scoring CLIP, and take an Adam step on
+//! `loss = −mean cos(image, text) − λ_T·min(τ, mean transmittance) + λ_z·mean((z − z₀)²)`,
+//! keeping the latent in [−1, 1]. Non-finite steps are skipped and counted.
+
+use candle_core::{Result, Tensor, Var, D};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+
+use super::augment;
+use super::schedule::LrSchedule;
+use crate::autodiff::checkpoint::Policy;
+use crate::autodiff::rng::Rng;
+use crate::clip::ClipScorer;
+use crate::render::{render_views, Camera, RenderSettings};
+use crate::shap_e::Decoder;
+
+/// Settings of the optimization.
+#[derive(Debug, Clone)]
+pub struct GuideSettings {
+    /// Optimization steps.
+    pub steps: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Views rendered per step.
+    pub views: usize,
+    /// Render resolution (pixels per side).
+    pub resolution: usize,
+    /// Samples per ray, coarse and fine.
+    pub samples: (usize, usize),
+    /// Rays per checkpointed decoder chunk (`None`: one graph over all rays).
+    pub chunk_rays: Option<usize>,
+    /// Checkpoint policy for the scoring CLIP's vision blocks.
+    pub clip_policy: Policy,
+    /// Weight of the transmittance term.
+    pub transmittance_weight: f64,
+    /// Weight of the pull toward the prior's latent.
+    pub prior_weight: f64,
+    /// Smallest crop, as a fraction of the view side.
+    pub min_crop: f32,
+    /// Consecutive non-finite steps after which the run is aborted.
+    pub max_bad_steps: usize,
+}
+
+impl Default for GuideSettings {
+    fn default() -> Self {
+        Self {
+            steps: 30,
+            lr: 0.03,
+            views: 2,
+            resolution: 32,
+            samples: (32, 32),
+            chunk_rays: Some(1024),
+            clip_policy: Policy::BLOCKS,
+            transmittance_weight: 0.5,
+            prior_weight: 0.1,
+            min_crop: 0.8,
+            max_bad_steps: 5,
+        }
+    }
+}
+
+/// What the loop measured.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct GuideTrace {
+    /// Mean CLIP cosine of the step's views (before the update), per step.
+    pub cosine: Vec<f32>,
+    /// Total loss per step.
+    pub loss: Vec<f32>,
+    /// Steps skipped for a non-finite loss or gradient.
+    pub skipped: usize,
+}
+
+/// Errors of the loop.
+#[derive(Debug, thiserror::Error)]
+pub enum GuideError {
+    /// The loss stayed non-finite.
+    #[error("the loss was not finite for {count} consecutive steps (last at step {step}, last finite loss {last_finite:?}); lower --lr or the number of views")]
+    NonFinite {
+        /// Consecutive bad steps.
+        count: usize,
+        /// The step of the last bad one.
+        step: usize,
+        /// The last finite loss.
+        last_finite: Option<f32>,
+    },
+    /// A tensor operation failed (for example out of memory).
+    #[error("optimization step {step}: {source}; if memory ran out, lower --resolution, --views or set --memory-budget")]
+    Step {
+        /// Step index.
+        step: usize,
+        /// The error.
+        source: candle_core::Error,
+    },
+}
+
+/// One step's loss and mean cosine, differentiable with respect to `z`.
+fn step_loss(
+    decoder: &Decoder,
+    scorer: &ClipScorer,
+    text: &Tensor,
+    z: &Tensor,
+    z0: &Tensor,
+    s: &GuideSettings,
+    progress: f64,
+    rng: &mut Rng,
+) -> Result<(Tensor, Tensor)> {
+    let dev = z.device().clone();
+    let n = s.resolution;
+    let cameras: Vec<Camera> = (0..s.views)
+        .map(|_| {
+            let az = rng.range(0.0, std::f32::consts::TAU);
+            let el = rng.range(15f32.to_radians(), 45f32.to_radians());
+            Camera::orbit(az, el, 4.0, 0.7, n, n)
+        })
+        .collect();
+    let settings = RenderSettings {
+        n_coarse: s.samples.0,
+        n_fine: s.samples.1,
+        chunk_rays: s.chunk_rays,
+        background: Some([0.0, 0.0, 0.0]),
+    };
+    let views = render_views(decoder, z, &cameras, &settings, rng)?;
+    let size = scorer.image_size();
+    let mut images = Vec::with_capacity(s.views);
+    for v in 0..s.views {
+        let rgb = views.rgb.get(v)?.permute((2, 0, 1))?; // (3, H, W), premultiplied
+        let alpha = views.opacity.get(v)?.unsqueeze(0)?;
+        let kind = augment::random_background(rng);
+        let draw = augment::draw(kind, n, n, s.min_crop, rng, &dev)?;
+        images.push(augment::apply(&rgb, &alpha, &draw, size)?);
+    }
+    let images = Tensor::stack(&images, 0)?;
+    let emb = scorer.embed_images(&images, &s.clip_policy)?;
+    let cosine = emb.matmul(&text.t()?)?.mean_all()?;
+    // Transmittance target τ anneals 0.5 → 0.88 (DreamFields): rewards empty space up to τ.
+    let tau = 0.5 + 0.38 * progress.min(1.0);
+    let transmittance = views.opacity.affine(-1.0, 1.0)?.mean_all()?;
+    let trans_term = transmittance
+        .minimum(tau)?
+        .affine(-s.transmittance_weight, 0.0)?;
+    let pull = (z - z0)?.sqr()?.mean_all()?.affine(s.prior_weight, 0.0)?;
+    let loss = ((cosine.neg()? + trans_term)? + pull)?;
+    Ok((loss, cosine))
+}
+
+/// Optimizes `latent0` `(1, rows, d)` toward `prompt`; returns the final latent (plain tensor,
+/// no graph) and the trace. `on_step(step, cosine)` reports progress.
+pub fn optimize(
+    decoder: &Decoder,
+    scorer: &ClipScorer,
+    text_embed: &Tensor,
+    latent0: &Tensor,
+    s: &GuideSettings,
+    rng: &mut Rng,
+    mut on_step: impl FnMut(usize, f32),
+) -> std::result::Result<(Tensor, GuideTrace), GuideError> {
+    let wrap = |step| move |source| GuideError::Step { step, source };
+    let z0 = latent0.detach();
+    let z = Var::from_tensor(&z0).map_err(wrap(0))?;
+    let text = text_embed.detach();
+    let schedule = LrSchedule {
+        lr: s.lr,
+        warmup: (s.steps / 10).max(1),
+        total: s.steps,
+        floor: 0.1,
+    };
+    let params = ParamsAdamW {
+        lr: s.lr,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.0,
+    };
+    let mut opt = AdamW::new(vec![z.clone()], params).map_err(wrap(0))?;
+    let mut trace = GuideTrace::default();
+    let (mut bad_run, mut last_finite) = (0usize, None);
+    for step in 0..s.steps {
+        opt.set_learning_rate(schedule.at(step));
+        let progress = step as f64 / s.steps.max(1) as f64;
+        let mut step_rng = rng.fork(step as u64);
+        let (loss, cosine) = step_loss(
+            decoder,
+            scorer,
+            &text,
+            z.as_tensor(),
+            &z0,
+            s,
+            progress,
+            &mut step_rng,
+        )
+        .map_err(wrap(step))?;
+        let (l, c) = (
+            loss.to_scalar::<f32>().map_err(wrap(step))?,
+            cosine.to_scalar::<f32>().map_err(wrap(step))?,
+        );
+        let grads = loss.backward().map_err(wrap(step))?;
+        let finite_grad = match grads.get(&z) {
+            Some(g) => g
+                .sqr()
+                .and_then(|g| g.sum_all())
+                .and_then(|g| g.to_scalar::<f32>())
+                .map_err(wrap(step))?
+                .is_finite(),
+            None => false,
+        };
+        if !l.is_finite() || !finite_grad {
+            trace.skipped += 1;
+            bad_run += 1;
+            tracing::warn!("step {step}: non-finite loss or gradient, skipped");
+            if bad_run >= s.max_bad_steps {
+                return Err(GuideError::NonFinite {
+                    count: bad_run,
+                    step,
+                    last_finite,
+                });
+            }
+            continue;
+        }
+        bad_run = 0;
+        last_finite = Some(l);
+        opt.step(&grads).map_err(wrap(step))?;
+        let clamped = z.as_tensor().clamp(-1.0f32, 1.0f32).map_err(wrap(step))?;
+        z.set(&clamped).map_err(wrap(step))?;
+        trace.loss.push(l);
+        trace.cosine.push(c);
+        on_step(step, c);
+    }
+    let out = z.as_tensor().detach().copy().map_err(wrap(s.steps))?;
+    Ok((out, trace))
+}
+
+/// Mean cosine of `views` fixed cameras of `latent` under `scorer` (no graph), for reports.
+pub fn score(
+    decoder: &Decoder,
+    scorer: &ClipScorer,
+    text_embed: &Tensor,
+    latent: &Tensor,
+    resolution: usize,
+    rng: &mut Rng,
+) -> Result<f32> {
+    let cams: Vec<Camera> = (0..4)
+        .map(|i| {
+            Camera::orbit(
+                i as f32 * std::f32::consts::FRAC_PI_2 + 0.3,
+                30f32.to_radians(),
+                4.0,
+                0.7,
+                resolution,
+                resolution,
+            )
+        })
+        .collect();
+    let settings = RenderSettings {
+        n_coarse: 32,
+        n_fine: 32,
+        chunk_rays: Some(4096),
+        background: Some([1.0, 1.0, 1.0]),
+    };
+    let views = render_views(decoder, &latent.detach(), &cams, &settings, rng)?;
+    let images = views.rgb.permute((0, 3, 1, 2))?.contiguous()?;
+    let emb = scorer.embed_images(&images, &Policy::None)?;
+    emb.matmul(&text_embed.detach().t()?)?
+        .mean(D::Minus2)?
+        .mean_all()?
+        .to_scalar::<f32>()
+}
