@@ -133,9 +133,11 @@ fn prior_matches_diffusers() {
     }
 }
 
-/// Two Heun steps with an injected latent, guided (scale 15) and unguided. The loop ends
-/// `x + (x − x0)·(0.1086 − 403.4)/403.4` at |x| ≈ 10³, where f32 resolves 6e-5, so the
-/// reference itself is quantised at 2^-13 ≈ 1.2e-4: allow two such steps.
+/// Two Heun steps with an injected latent, guided (scale 15) and unguided. The prior itself
+/// agrees to ~1e-6, but the first step computes `x + (x − x0)/σ·dt` at |x| ≈ 403·|noise| ≈
+/// 10³, where f32 resolves 1.2e-4: whenever our x0 and torch's (1e-6 apart) round `x − x0`
+/// differently, the result moves by one such ulp, and the predictor and corrector can each do
+/// so. The reference itself is quantised at that step, so allow 4 ulps at |x| < 2048.
 #[test]
 fn guided_sampling_matches_diffusers() {
     let fx = fixtures();
@@ -159,7 +161,7 @@ fn guided_sampling_matches_diffusers() {
         .unwrap();
         let err = max_abs(&out, &fx[&format!("{key}.out")]);
         eprintln!("{key}: max abs {err:e}");
-        assert!(err <= 2.5e-4, "{key}: max abs {err}");
+        assert!(err <= 4.0 * 1.2208e-4, "{key}: max abs {err}");
     }
 }
 
@@ -296,7 +298,15 @@ fn render_gradient_matches_finite_differences() {
         assert!(g.iter().any(|v| v.abs() > 1e-6), "gradient is not all zero");
         let eps = 1e-6;
         let mut worst = 0f64;
-        for j in (0..flat.len()).step_by(flat.len() / 24) {
+        let mut largest = 0f64;
+        // Probe the 12 entries with the largest gradient and 12 spread over all rows.
+        let mut order: Vec<usize> = (0..g.len()).collect();
+        order.sort_by(|&a, &b| g[b].abs().total_cmp(&g[a].abs()));
+        let probes = order[..12]
+            .iter()
+            .copied()
+            .chain((0..flat.len()).step_by(flat.len() / 12));
+        for j in probes {
             let probe = |d: f64| {
                 let mut v = flat.clone();
                 v[j] += d;
@@ -305,13 +315,18 @@ fn render_gradient_matches_finite_differences() {
             };
             let numeric = (probe(eps) - probe(-eps)) / (2.0 * eps);
             let err = (numeric - g[j]).abs() / (1.0 + numeric.abs());
+            worst = worst.max(err);
+            largest = largest.max(numeric.abs());
             assert!(
                 err < 1e-5,
                 "chunk {chunk:?} z[{j}]: analytic {} vs numeric {numeric}",
                 g[j]
             );
         }
-        eprintln!("render gradient, chunks {chunk:?}: worst relative error {worst:e}");
+        eprintln!(
+            "render gradient, chunks {chunk:?}: largest |dL/dz| probed {largest:.3e}, worst error {worst:.1e}"
+        );
+        assert!(largest > 1e-3, "the probes must see a real gradient");
     }
 }
 
