@@ -13,6 +13,7 @@ pub mod device;
 pub mod guide;
 pub mod mesh;
 pub mod models;
+pub mod pipeline;
 pub mod render;
 pub mod shap_e;
 pub mod toy;

@@ -94,54 +94,60 @@ pub enum GuideError {
     },
 }
 
-/// One step's loss and mean cosine, differentiable with respect to `z`.
-fn step_loss(
-    decoder: &Decoder,
-    scorer: &ClipScorer,
-    text: &Tensor,
-    z: &Tensor,
-    z0: &Tensor,
-    s: &GuideSettings,
-    progress: f64,
-    rng: &mut Rng,
-) -> Result<(Tensor, Tensor)> {
-    let dev = z.device().clone();
-    let n = s.resolution;
-    let cameras: Vec<Camera> = (0..s.views)
-        .map(|_| {
-            let az = rng.range(0.0, std::f32::consts::TAU);
-            let el = rng.range(15f32.to_radians(), 45f32.to_radians());
-            Camera::orbit(az, el, 4.0, 0.7, n, n)
-        })
-        .collect();
-    let settings = RenderSettings {
-        n_coarse: s.samples.0,
-        n_fine: s.samples.1,
-        chunk_rays: s.chunk_rays,
-        background: Some([0.0, 0.0, 0.0]),
-    };
-    let views = render_views(decoder, z, &cameras, &settings, rng)?;
-    let size = scorer.image_size();
-    let mut images = Vec::with_capacity(s.views);
-    for v in 0..s.views {
-        let rgb = views.rgb.get(v)?.permute((2, 0, 1))?; // (3, H, W), premultiplied
-        let alpha = views.opacity.get(v)?.unsqueeze(0)?;
-        let kind = augment::random_background(rng);
-        let draw = augment::draw(kind, n, n, s.min_crop, rng, &dev)?;
-        images.push(augment::apply(&rgb, &alpha, &draw, size)?);
+/// What every step shares.
+struct Objective<'a> {
+    decoder: &'a Decoder,
+    scorer: &'a ClipScorer,
+    /// Unit text embedding `(1, D)`.
+    text: &'a Tensor,
+    /// The prior's latent.
+    z0: &'a Tensor,
+    settings: &'a GuideSettings,
+}
+
+impl Objective<'_> {
+    /// One step's loss and mean cosine, differentiable with respect to `z`.
+    fn loss(&self, z: &Tensor, progress: f64, rng: &mut Rng) -> Result<(Tensor, Tensor)> {
+        let (decoder, scorer, text, z0, s) =
+            (self.decoder, self.scorer, self.text, self.z0, self.settings);
+        let dev = z.device().clone();
+        let n = s.resolution;
+        let cameras: Vec<Camera> = (0..s.views)
+            .map(|_| {
+                let az = rng.range(0.0, std::f32::consts::TAU);
+                let el = rng.range(15f32.to_radians(), 45f32.to_radians());
+                Camera::orbit(az, el, 4.0, 0.7, n, n)
+            })
+            .collect();
+        let settings = RenderSettings {
+            n_coarse: s.samples.0,
+            n_fine: s.samples.1,
+            chunk_rays: s.chunk_rays,
+            background: Some([0.0, 0.0, 0.0]),
+        };
+        let views = render_views(decoder, z, &cameras, &settings, rng)?;
+        let size = scorer.image_size();
+        let mut images = Vec::with_capacity(s.views);
+        for v in 0..s.views {
+            let rgb = views.rgb.get(v)?.permute((2, 0, 1))?; // (3, H, W), premultiplied
+            let alpha = views.opacity.get(v)?.unsqueeze(0)?;
+            let kind = augment::random_background(rng);
+            let draw = augment::draw(kind, n, n, s.min_crop, rng, &dev)?;
+            images.push(augment::apply(&rgb, &alpha, &draw, size)?);
+        }
+        let images = Tensor::stack(&images, 0)?;
+        let emb = scorer.embed_images(&images, &s.clip_policy)?;
+        let cosine = emb.matmul(&text.t()?)?.mean_all()?;
+        // Transmittance target τ anneals 0.5 → 0.88 (DreamFields): rewards empty space up to τ.
+        let tau = 0.5 + 0.38 * progress.min(1.0);
+        let transmittance = views.opacity.affine(-1.0, 1.0)?.mean_all()?;
+        let trans_term = transmittance
+            .minimum(tau)?
+            .affine(-s.transmittance_weight, 0.0)?;
+        let pull = (z - z0)?.sqr()?.mean_all()?.affine(s.prior_weight, 0.0)?;
+        let loss = ((cosine.neg()? + trans_term)? + pull)?;
+        Ok((loss, cosine))
     }
-    let images = Tensor::stack(&images, 0)?;
-    let emb = scorer.embed_images(&images, &s.clip_policy)?;
-    let cosine = emb.matmul(&text.t()?)?.mean_all()?;
-    // Transmittance target τ anneals 0.5 → 0.88 (DreamFields): rewards empty space up to τ.
-    let tau = 0.5 + 0.38 * progress.min(1.0);
-    let transmittance = views.opacity.affine(-1.0, 1.0)?.mean_all()?;
-    let trans_term = transmittance
-        .minimum(tau)?
-        .affine(-s.transmittance_weight, 0.0)?;
-    let pull = (z - z0)?.sqr()?.mean_all()?.affine(s.prior_weight, 0.0)?;
-    let loss = ((cosine.neg()? + trans_term)? + pull)?;
-    Ok((loss, cosine))
 }
 
 /// Optimizes `latent0` `(1, rows, d)` toward `prompt`; returns the final latent (plain tensor,
@@ -173,23 +179,22 @@ pub fn optimize(
         weight_decay: 0.0,
     };
     let mut opt = AdamW::new(vec![z.clone()], params).map_err(wrap(0))?;
+    let objective = Objective {
+        decoder,
+        scorer,
+        text: &text,
+        z0: &z0,
+        settings: s,
+    };
     let mut trace = GuideTrace::default();
     let (mut bad_run, mut last_finite) = (0usize, None);
     for step in 0..s.steps {
         opt.set_learning_rate(schedule.at(step));
         let progress = step as f64 / s.steps.max(1) as f64;
         let mut step_rng = rng.fork(step as u64);
-        let (loss, cosine) = step_loss(
-            decoder,
-            scorer,
-            &text,
-            z.as_tensor(),
-            &z0,
-            s,
-            progress,
-            &mut step_rng,
-        )
-        .map_err(wrap(step))?;
+        let (loss, cosine) = objective
+            .loss(z.as_tensor(), progress, &mut step_rng)
+            .map_err(wrap(step))?;
         let (l, c) = (
             loss.to_scalar::<f32>().map_err(wrap(step))?,
             cosine.to_scalar::<f32>().map_err(wrap(step))?,

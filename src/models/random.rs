@@ -13,7 +13,8 @@ use serde_json::json;
 
 use crate::atomic::write_atomic;
 use crate::autodiff::rng::Rng;
-use crate::clip::{ClipConfig, ClipModel};
+use crate::clip::{ClipConfig, ClipModel, ClipTextConfig, ClipTextModelWithProjection};
+use crate::shap_e::{Decoder, PriorConfig, PriorTransformer, RendererConfig};
 use crate::toy::tokenizer::toy_tokenizer_json;
 
 /// Token ids of the toy tokenizer's specials and its vocabulary size.
@@ -98,6 +99,115 @@ pub fn write_random_clip(dir: &Path, config: &serde_json::Value, seed: u64) -> R
     save_random(&dir.join("model.safetensors"), seed, |vb| {
         ClipModel::new(vb, &cfg)
     })
+}
+
+/// Sizes of a small Shap-E pipeline.
+#[derive(Debug, Clone, Copy)]
+pub struct ShapESizes {
+    /// Width of the decoder MLP (the latent has `4 × d_hidden` rows).
+    pub d_hidden: usize,
+    /// Latent width (the prior's `embedding_dim`).
+    pub d_latent: usize,
+    /// Prior transformer layers.
+    pub prior_layers: usize,
+    /// Width of the prior's text tower and its projection.
+    pub text_width: usize,
+}
+
+fn json_file(dir: &Path, name: &str, value: &serde_json::Value) -> Result<String> {
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let text =
+        serde_json::to_string_pretty(value).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    write_atomic(&dir.join(name), text.as_bytes()).map_err(io)?;
+    Ok(text)
+}
+
+fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| candle_core::Error::Msg(e.to_string()))
+}
+
+/// Writes a random-weight Shap-E pipeline in diffusers' layout: `prior/`, `text_encoder/`,
+/// `tokenizer/` (the toy tokenizer), `scheduler/` and `shap_e_renderer/`.
+pub fn write_random_shap_e(root: &Path, sizes: ShapESizes, seed: u64) -> Result<()> {
+    let ShapESizes {
+        d_hidden,
+        d_latent,
+        prior_layers,
+        text_width,
+    } = sizes;
+    let rows = 4 * d_hidden;
+    let text = json_file(
+        &root.join("text_encoder"),
+        "config.json",
+        &json!({
+            "architectures": ["CLIPTextModelWithProjection"], "model_type": "clip_text_model",
+            "hidden_act": "quick_gelu", "hidden_size": text_width, "intermediate_size": 4 * text_width,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "max_position_embeddings": 77,
+            "vocab_size": TOY_VOCAB, "bos_token_id": TOY_BOS, "eos_token_id": TOY_EOS, "pad_token_id": TOY_EOS,
+            "projection_dim": text_width, "layer_norm_eps": 1e-5
+        }),
+    )?;
+    let text_cfg: ClipTextConfig = parse(&text)?;
+    save_random(
+        &root.join("text_encoder").join("model.safetensors"),
+        seed,
+        |vb| ClipTextModelWithProjection::new(vb, &text_cfg, text_width),
+    )?;
+    std::fs::create_dir_all(root.join("tokenizer")).map_err(io)?;
+    write_atomic(
+        &root.join("tokenizer").join("tokenizer.json"),
+        toy_tokenizer_json().as_bytes(),
+    )
+    .map_err(io)?;
+    let prior = json_file(
+        &root.join("prior"),
+        "config.json",
+        &json!({
+            "_class_name": "PriorTransformer", "num_attention_heads": 2, "attention_head_dim": d_latent / 2,
+            "num_layers": prior_layers, "embedding_dim": d_latent, "num_embeddings": rows,
+            "additional_embeddings": 0, "dropout": 0.0, "time_embed_act_fn": "gelu",
+            "norm_in_type": "layer", "embedding_proj_norm_type": null, "encoder_hid_proj_type": null,
+            "added_emb_type": null, "time_embed_dim": 4 * d_latent, "embedding_proj_dim": text_width,
+            "clip_embed_dim": 2 * d_latent
+        }),
+    )?;
+    let prior_cfg: PriorConfig = parse(&prior)?;
+    save_random(
+        &root
+            .join("prior")
+            .join("diffusion_pytorch_model.safetensors"),
+        seed + 1,
+        |vb| PriorTransformer::new(vb, &prior_cfg),
+    )?;
+    json_file(
+        &root.join("scheduler"),
+        "scheduler_config.json",
+        &json!({
+            "_class_name": "HeunDiscreteScheduler", "beta_start": 0.00085, "beta_end": 0.012,
+            "beta_schedule": "exp", "num_train_timesteps": 1024, "prediction_type": "sample",
+            "use_karras_sigmas": true, "clip_sample": true, "clip_sample_range": 1.0,
+            "steps_offset": 0, "timestep_spacing": "linspace"
+        }),
+    )?;
+    let renderer = json_file(
+        &root.join("shap_e_renderer"),
+        "config.json",
+        &json!({
+            "_class_name": "ShapERenderer", "act_fn": "swish", "background": [255.0, 255.0, 255.0],
+            "d_hidden": d_hidden, "d_latent": d_latent, "insert_direction_at": 4, "n_hidden_layers": 6,
+            "n_output": 12,
+            "param_names": ["nerstf.mlp.0.weight", "nerstf.mlp.1.weight", "nerstf.mlp.2.weight", "nerstf.mlp.3.weight"],
+            "param_shapes": [[d_hidden, 93], [d_hidden, d_hidden], [d_hidden, d_hidden], [d_hidden, d_hidden]]
+        }),
+    )?;
+    let renderer_cfg: RendererConfig = parse(&renderer)?;
+    save_random(
+        &root
+            .join("shap_e_renderer")
+            .join("diffusion_pytorch_model.safetensors"),
+        seed + 2,
+        |vb| Decoder::new(vb, &renderer_cfg),
+    )
 }
 
 #[cfg(test)]
