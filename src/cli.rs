@@ -3,17 +3,27 @@
 //! Exit codes: 0 success; 1 some batch items failed; 2 usage or setup error (bad arguments, bad
 //! input files, missing weights, a feature that is not available yet).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
+use candle_core::{DType, Device};
+
+use crate::atomic::write_atomic;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::memory::parse_bytes;
+use crate::autodiff::rng::Rng;
 use crate::batch::Shard;
+use crate::batch::{check_prompt, parse_prompt_file, run_batch, slug};
 use crate::device::DeviceSpec;
+use crate::guide::GuideSettings;
+use crate::mesh::{self, Format};
 use crate::models::{HubOptions, ModelKind, ModelSpec};
+use crate::pipeline;
+use crate::render::{contact_sheet, RenderSettings};
+use crate::shap_e::{load_latent, save_latent, ShapE};
 
 /// Exit code: everything succeeded.
 pub const EXIT_OK: u8 = 0;
@@ -294,21 +304,253 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(EXIT_OK))
         }
-        other => {
-            let name = match other {
-                Command::Generate { .. } => "generate",
-                Command::Batch { .. } => "batch",
-                Command::Sample { .. } => "sample",
-                Command::Export { .. } => "export",
-                Command::Info { .. } => "info",
-                Command::Download { .. } => "download",
+        Command::Generate {
+            prompt,
+            settings,
+            out,
+        } => {
+            check_prompt(&prompt).map_err(anyhow::Error::msg)?;
+            let device = args.device.open()?;
+            let run = run_settings(&settings, &device)?;
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from("outputs").join(format!("{}-{}", slug(&prompt), settings.seed))
+            });
+            ensure_writable(&out)?;
+            let models = load_models(&settings.models, &hub, &device)?;
+            let bar = progress(run.guide.steps as u64, args.log.quiet);
+            let report = pipeline::generate(&models, &prompt, &run, &out, &device, |_, c| {
+                bar.set_message(format!("CLIP cosine {c:.3}"));
+                bar.inc(1);
+            })?;
+            bar.finish_and_clear();
+            if !args.log.quiet {
+                println!(
+                    "{prompt:?}: CLIP cosine {:.3} → {:.3} ({} steps, {} skipped) in {}",
+                    report.score_before,
+                    report.score_after,
+                    report.trace.cosine.len(),
+                    report.trace.skipped,
+                    out.display()
+                );
+            }
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        Command::Batch {
+            file,
+            settings,
+            out,
+            shard,
+            shard_count,
+        } => {
+            let parsed = parse_prompt_file(&file)?;
+            for e in &parsed.errors {
+                eprintln!("error: {e}");
+            }
+            let shard = match shard {
+                Some(s) => s,
+                None => {
+                    Shard::from_env(|k| std::env::var(k).ok(), shard_count)?.unwrap_or_default()
+                }
             };
-            bail!(
-                "`clipsculpt {name}` is not available yet (device {})",
-                args.device
-            )
+            let device = args.device.open()?;
+            let run = run_settings(&settings, &device)?;
+            ensure_writable(&out)?;
+            let models = load_models(&settings.models, &hub, &device)?;
+            tracing::info!(
+                "batch {}: {} prompts, shard {shard}",
+                file.display(),
+                parsed.items.len()
+            );
+            let summary = run_batch(&parsed.items, shard, &out, settings.seed, |item, dir| {
+                let mut s = run.clone();
+                s.seed = item.seed.unwrap_or(settings.seed);
+                if let Some(steps) = item.steps {
+                    s.guide.steps = steps;
+                }
+                pipeline::generate(&models, &item.prompt, &s, dir, &device, |_, _| {})
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:#}").into())
+            })?;
+            println!(
+                "batch done: {} done, {} already done, {} failed, {} bad lines, {} for other shards",
+                summary.done,
+                summary.skipped,
+                summary.failed,
+                parsed.errors.len(),
+                summary.other_shards
+            );
+            let code = if summary.failed > 0 || !parsed.errors.is_empty() {
+                EXIT_PARTIAL
+            } else {
+                EXIT_OK
+            };
+            Ok(ExitCode::from(code))
+        }
+        Command::Sample {
+            prompt,
+            models,
+            seed,
+            prior_steps,
+            guidance_scale,
+            out,
+        } => {
+            check_prompt(&prompt).map_err(anyhow::Error::msg)?;
+            let device = args.device.open()?;
+            let out = out.unwrap_or_else(|| {
+                PathBuf::from("outputs").join(format!("{}-{seed}", slug(&prompt)))
+            });
+            ensure_writable(&out)?;
+            let models = load_models(&models, &hub, &device)?;
+            let rng = Rng::new(seed);
+            let z = models.sample(
+                &prompt,
+                prior_steps,
+                guidance_scale,
+                &mut rng.fork(1),
+                &device,
+            )?;
+            let latent = out.join("latent.safetensors");
+            save_latent(&latent, &z)?;
+            let settings = RenderSettings {
+                n_coarse: 64,
+                n_fine: 128,
+                chunk_rays: Some(4096),
+                background: None,
+            };
+            let png = contact_sheet(&models.shap_e.decoder, &z, 64, &settings, &mut rng.fork(4))?;
+            let sheet = out.join("views.png");
+            write_atomic(&sheet, &png).with_context(|| format!("writing {}", sheet.display()))?;
+            println!("{}\n{}", latent.display(), sheet.display());
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        Command::Export {
+            latent,
+            models,
+            grid,
+            formats,
+            out,
+        } => {
+            let device = args.device.open()?;
+            let z = load_latent(&latent, &device)?;
+            let dir = crate::models::resolve(&models.model, ModelKind::ShapE, &toy_root(), &hub)?;
+            let shap_e = ShapE::load(&dir, DType::F32, &device)
+                .with_context(|| format!("loading {}", dir.display()))?;
+            let out = out.unwrap_or_else(|| latent.parent().map(PathBuf::from).unwrap_or_default());
+            ensure_writable(&out)?;
+            let field = pipeline::LatentField {
+                decoder: &shap_e.decoder,
+                latent: z,
+            };
+            let report =
+                mesh::export_field(&field, &device, grid, &formats_of(&formats), &out, "mesh")?;
+            for f in &report.files {
+                println!("{}", f.display());
+            }
+            Ok(ExitCode::from(EXIT_OK))
         }
     }
+}
+
+/// Loads the Shap-E pipeline and the scoring CLIP named by `m`.
+fn load_models(
+    m: &ModelArgs,
+    hub: &HubOptions,
+    device: &Device,
+) -> anyhow::Result<pipeline::Models> {
+    let shap_e = crate::models::resolve(&m.model, ModelKind::ShapE, &toy_root(), hub)
+        .with_context(|| format!("resolving --model {}", m.model))?;
+    let clip = crate::models::resolve(&m.clip, ModelKind::Clip, &toy_root(), hub)
+        .with_context(|| format!("resolving --clip {}", m.clip))?;
+    pipeline::Models::load(&shap_e, &clip, device)
+}
+
+/// Validated run settings from the arguments; `--memory-budget` picks the ray chunk and the CLIP
+/// policy, or refuses up front.
+fn run_settings(a: &GenerateArgs, _device: &Device) -> anyhow::Result<pipeline::RunSettings> {
+    if a.resolution < 4 || a.resolution > 1024 {
+        bail!("--resolution {} is out of range (4..=1024)", a.resolution);
+    }
+    if a.views == 0 || a.grid < 8 || a.grid > 512 {
+        bail!("--views must be at least 1 and --grid within 8..=512");
+    }
+    if !(a.lr.is_finite() && a.lr > 0.0) {
+        bail!("--lr must be a positive number");
+    }
+    let samples = (32, 32);
+    let rays = a.views * a.resolution * a.resolution;
+    let (chunk_rays, clip_policy) = match (a.memory_budget, a.checkpoint) {
+        (None, Policy::None) => (None, Policy::None),
+        (None, p) => (Some(1024.min(rays)), p),
+        (Some(budget), _) => {
+            // Per ray while a chunk is recomputed: its samples × the MLP's stored activations and
+            // backward temporaries (≈ 8 layers × 4 tensors of width ≤ 256, f32).
+            let per_ray = (samples.0 + samples.1) * 8 * 4 * 256 * 4;
+            let half = budget / 2;
+            let chunk = half / per_ray;
+            if chunk < 16 {
+                bail!(
+                    "--memory-budget {budget} bytes is too small: a 16-ray decoder chunk alone needs about {} bytes",
+                    2 * 16 * per_ray
+                );
+            }
+            (Some(chunk.min(rays)), Policy::Budget(half))
+        }
+    };
+    let guide = GuideSettings {
+        steps: a.steps,
+        lr: a.lr,
+        views: a.views,
+        resolution: a.resolution,
+        samples,
+        chunk_rays,
+        clip_policy,
+        ..GuideSettings::default()
+    };
+    Ok(pipeline::RunSettings {
+        seed: a.seed,
+        prior_steps: a.prior_steps,
+        guidance_scale: a.guidance_scale,
+        guide,
+        grid: a.grid,
+        formats: formats_of(&a.formats),
+    })
+}
+
+fn formats_of(f: &[FormatArg]) -> Vec<Format> {
+    f.iter()
+        .map(|f| match f {
+            FormatArg::Glb => Format::Glb,
+            FormatArg::Ply => Format::Ply,
+            FormatArg::Obj => Format::Obj,
+            FormatArg::Png => Format::PreviewPng,
+            FormatArg::Gif => Format::PreviewGif,
+        })
+        .collect()
+}
+
+/// Creates `dir` and proves it writable before any work starts.
+fn ensure_writable(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the output folder {}", dir.display()))?;
+    let probe = dir.join(".clipsculpt-write-test");
+    write_atomic(&probe, b"ok")
+        .with_context(|| format!("the output folder {} is not writable", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+/// A progress bar with ETA, hidden in quiet mode.
+fn progress(len: u64, quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("optimizing [{bar:30}] {pos}/{len} ETA {eta} {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
 }
 
 /// The folder of the embedded toy models (`assets/toy` next to the crate, or beside the binary).
@@ -323,9 +565,4 @@ pub fn toy_root() -> PathBuf {
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("assets").join("toy")))
         .unwrap_or(crate_assets)
-}
-
-#[allow(dead_code)]
-fn _exit_codes_are_used() -> [u8; 3] {
-    [EXIT_OK, EXIT_PARTIAL, EXIT_SETUP]
 }

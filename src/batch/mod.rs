@@ -8,6 +8,8 @@ mod runner;
 mod shard;
 
 pub use manifest::{Manifest, Record, Status};
-pub use prompts::{parse_prompt_file, slug, BatchError, PromptFile, PromptItem};
+pub use prompts::{
+    check_prompt, parse_prompt_file, slug, BatchError, PromptFile, PromptItem, MAX_PROMPT_CHARS,
+};
 pub use runner::{run_batch, BatchSummary};
 pub use shard::Shard;
