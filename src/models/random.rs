@@ -210,6 +210,59 @@ pub fn write_random_shap_e(root: &Path, sizes: ShapESizes, seed: u64) -> Result<
     )
 }
 
+/// The sizes of the embedded default (`assets/toy`).
+pub const TOY_SHAP_E: ShapESizes = ShapESizes {
+    d_hidden: 16,
+    d_latent: 32,
+    prior_layers: 2,
+    text_width: 32,
+};
+
+/// Writes the *untrained* embedded default (`shap_e/`, `clip/`, `MANIFEST.json`) under `root`:
+/// random weights from `seed`, until the toy world is trained (issue 7).
+pub fn write_untrained_toy(root: &Path, seed: u64) -> Result<()> {
+    write_random_shap_e(&root.join("shap_e"), TOY_SHAP_E, seed)?;
+    write_random_clip(
+        &root.join("clip"),
+        &toy_clip_config(32, 2, 32, 8),
+        seed + 10,
+    )?;
+    let manifest = json!({
+        "trained": false,
+        "note": "random weights (transformers-style init) from our seeded generator; the pipeline runs end to end, the shapes are meaningless until the toy world is trained",
+        "seed": seed,
+        "files": checksums(root)?,
+    });
+    json_file(root, "MANIFEST.json", &manifest).map(|_| ())
+}
+
+/// FNV-1a 64-bit checksums of every file under `root` except the manifest, by relative path.
+pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n != "MANIFEST.json") {
+                let bytes = std::fs::read(&path).map_err(io)?;
+                let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                    (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+                });
+                let rel = path
+                    .strip_prefix(root)
+                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+                out.insert(
+                    rel.to_string_lossy().replace('\\', "/"),
+                    format!("{hash:016x}"),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,57 +321,4 @@ mod tests {
         assert_eq!(ClipScorer::cosine(&i, &t)?.dims(), &[1, 2]);
         Ok(())
     }
-}
-
-/// The sizes of the embedded default (`assets/toy`).
-pub const TOY_SHAP_E: ShapESizes = ShapESizes {
-    d_hidden: 16,
-    d_latent: 32,
-    prior_layers: 2,
-    text_width: 32,
-};
-
-/// Writes the *untrained* embedded default (`shap_e/`, `clip/`, `MANIFEST.json`) under `root`:
-/// random weights from `seed`, until the toy world is trained (issue 7).
-pub fn write_untrained_toy(root: &Path, seed: u64) -> Result<()> {
-    write_random_shap_e(&root.join("shap_e"), TOY_SHAP_E, seed)?;
-    write_random_clip(
-        &root.join("clip"),
-        &toy_clip_config(32, 2, 32, 8),
-        seed + 10,
-    )?;
-    let manifest = json!({
-        "trained": false,
-        "note": "random weights (transformers-style init) from our seeded generator; the pipeline runs end to end, the shapes are meaningless until the toy world is trained",
-        "seed": seed,
-        "files": checksums(root)?,
-    });
-    json_file(root, "MANIFEST.json", &manifest).map(|_| ())
-}
-
-/// FNV-1a 64-bit checksums of every file under `root` except the manifest, by relative path.
-pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, String>> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).map_err(io)? {
-            let path = entry.map_err(io)?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.file_name().is_some_and(|n| n != "MANIFEST.json") {
-                let bytes = std::fs::read(&path).map_err(io)?;
-                let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                    (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-                });
-                let rel = path
-                    .strip_prefix(root)
-                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-                out.insert(
-                    rel.to_string_lossy().replace('\\', "/"),
-                    format!("{hash:016x}"),
-                );
-            }
-        }
-    }
-    Ok(out)
 }
