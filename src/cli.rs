@@ -110,6 +110,9 @@ pub struct GenerateArgs {
     /// Output formats.
     #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
     pub formats: Vec<FormatArg>,
+    /// Side in pixels of each of the 20 views in the before/after preview sheets.
+    #[arg(long, default_value_t = 48)]
+    pub preview_size: usize,
 }
 
 /// Output formats on the command line.
@@ -512,6 +515,7 @@ fn run_settings(a: &GenerateArgs, _device: &Device) -> anyhow::Result<pipeline::
         guidance_scale: a.guidance_scale,
         guide,
         grid: a.grid,
+        preview_size: a.preview_size.clamp(8, 512),
         formats: formats_of(&a.formats),
     })
 }

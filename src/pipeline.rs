@@ -115,6 +115,8 @@ pub struct RunSettings {
     pub guide: GuideSettings,
     /// Export grid.
     pub grid: usize,
+    /// Side of each view in the before/after contact sheets (20 views each).
+    pub preview_size: usize,
     /// Output formats.
     #[serde(skip)]
     pub formats: Vec<Format>,
@@ -221,7 +223,7 @@ pub fn generate(
         background: None,
     };
     for (name, latent) in [("preview_prior.png", &z0), ("preview.png", &z)] {
-        let png = contact_sheet(decoder, latent, 48, &preview, &mut rng.fork(4))?;
+        let png = contact_sheet(decoder, latent, s.preview_size, &preview, &mut rng.fork(4))?;
         let p = out_dir.join(name);
         write_atomic(&p, &png).with_context(|| format!("writing {}", p.display()))?;
         files.push(p);

@@ -59,3 +59,230 @@ fn download_offline_without_cache_names_the_fix() {
     );
     assert_eq!(e.trim().lines().count(), 1, "one-line error: {e}");
 }
+
+/// Settings that make one item take about a second on the embedded default.
+const FAST: &[&str] = &[
+    "--steps",
+    "2",
+    "--prior-steps",
+    "2",
+    "--resolution",
+    "8",
+    "--views",
+    "1",
+    "--grid",
+    "16",
+    "--preview-size",
+    "8",
+    "--formats",
+    "glb,ply",
+];
+
+fn with_fast<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = args.to_vec();
+    v.extend_from_slice(FAST);
+    v
+}
+
+fn one_line_error(o: &Output, what: &str) {
+    assert_eq!(o.status.code(), Some(2), "{what}: {}", stderr(o));
+    let e = stderr(o);
+    assert!(!e.contains("panicked"), "{what}: {e}");
+    assert_eq!(
+        e.trim().lines().count(),
+        1,
+        "{what}: one-line error expected, got {e}"
+    );
+}
+
+#[test]
+fn bad_inputs_give_one_line_errors_and_no_output() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let o = out.to_str().unwrap();
+    one_line_error(
+        &clipsculpt(&with_fast(&["generate", "  ", "--out", o]), &[]),
+        "empty prompt",
+    );
+    let long = "a ".repeat(600);
+    one_line_error(
+        &clipsculpt(&with_fast(&["generate", &long, "--out", o]), &[]),
+        "over-long prompt",
+    );
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&["generate", "a cube", "--memory-budget", "1KiB", "--out", o]),
+            &[],
+        ),
+        "tiny budget",
+    );
+    assert!(!out.exists(), "no output folder for refused runs");
+    let missing = d.path().join("missing.txt");
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&["batch", missing.to_str().unwrap(), "--out", o]),
+            &[],
+        ),
+        "missing prompt file",
+    );
+    let latin1 = d.path().join("latin1.txt");
+    std::fs::write(&latin1, b"caf\xe9\n").unwrap();
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&["batch", latin1.to_str().unwrap(), "--out", o]),
+            &[],
+        ),
+        "not UTF-8",
+    );
+    // Corrupt weights: a truncated safetensors file in a copy of the embedded model.
+    let model = d.path().join("model");
+    copy_dir(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/toy/shap_e"),
+        &model,
+    );
+    let w = model.join("prior/diffusion_pytorch_model.safetensors");
+    let bytes = std::fs::read(&w).unwrap();
+    std::fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&[
+                "generate",
+                "a cube",
+                "--model",
+                model.to_str().unwrap(),
+                "--out",
+                o,
+            ]),
+            &[],
+        ),
+        "truncated weights",
+    );
+    // An output folder that cannot be created (a file is in the way).
+    let blocker = d.path().join("file");
+    std::fs::write(&blocker, "x").unwrap();
+    let bad_out = blocker.join("sub");
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&["generate", "a cube", "--out", bad_out.to_str().unwrap()]),
+            &[],
+        ),
+        "unwritable output",
+    );
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn generate_writes_every_output() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("red-cube");
+    let o = clipsculpt(
+        &with_fast(&[
+            "-q",
+            "generate",
+            "a red cube",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in [
+        "mesh.glb",
+        "mesh.ply",
+        "latent.safetensors",
+        "latent_prior.safetensors",
+        "preview.png",
+        "preview_prior.png",
+        "report.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["prompt"], "a red cube");
+    assert_eq!(
+        report["trace"]["cosine"].as_array().map(|a| a.len()),
+        Some(2)
+    );
+}
+
+fn manifest_ids(out: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(out.join("manifest.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["status"] == "done")
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Kill the batch after its first item, rerun: every item done exactly once, no partial files;
+/// a bad line is reported with its number and the rest proceed (exit code 1).
+#[test]
+fn batch_resumes_after_a_kill_and_reports_bad_lines() {
+    let d = tempfile::tempdir().unwrap();
+    let prompts = d.path().join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\": \"a red cube\"}\n{\"prompt\": \"a blue torus\", \"seed\": 4}\n{\"prompt\": oops}\n{\"prompt\": \"a green cone\"}\n{\"prompt\": \"a black sphere\", \"name\": \"sphere\"}\n",
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let args = with_fast(&[
+        "-q",
+        "batch",
+        prompts.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clipsculpt"))
+        .args(&args)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while manifest_ids(&out).is_empty() && start.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let first = manifest_ids(&out);
+    assert!(
+        !first.is_empty() && first.len() < 4,
+        "killed mid-batch after {first:?}"
+    );
+    let o = clipsculpt(&args, &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "bad line → exit 1: {}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(":3:"),
+        "the bad line is named: {}",
+        stderr(&o)
+    );
+    let mut ids = manifest_ids(&out);
+    ids.sort();
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(ids, unique, "no item done twice");
+    assert_eq!(ids.len(), 4);
+    for e in std::fs::read_dir(&out).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.contains("partial"), "partial folder left: {name}");
+    }
+    assert!(out.join("sphere").join("mesh.glb").is_file());
+}
