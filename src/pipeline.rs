@@ -302,6 +302,7 @@ mod tests {
             guidance_scale: 3.0,
             guide,
             grid: 20,
+            preview_size: 8,
             formats: Format::DEFAULT.to_vec(),
         };
         let out = dir.path().join("out");
