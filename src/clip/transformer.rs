@@ -100,7 +100,7 @@ impl Module for Mlp {
 pub fn activate(x: &Tensor, act: Activation) -> Result<Tensor> {
     match act {
         Activation::QuickGelu => quick_gelu(x),
-        Activation::Gelu => x.gelu_erf(),
+        Activation::Gelu => crate::autodiff::ops::Activation::GeluErf.forward(x),
     }
 }
 

@@ -161,7 +161,7 @@ impl NerstfMlp {
                 }
             };
             if k < last {
-                h = h.silu()?;
+                h = crate::autodiff::ops::Activation::Silu.forward(&h)?;
             }
         }
         Ok(h)

@@ -20,8 +20,8 @@ const LN_EPS: f64 = 1e-5;
 
 fn activate(x: &Tensor, act: Activation) -> Result<Tensor> {
     match act {
-        Activation::Gelu => x.gelu_erf(),
-        Activation::Silu => x.silu(),
+        Activation::Gelu => crate::autodiff::ops::Activation::GeluErf.forward(x),
+        Activation::Silu => crate::autodiff::ops::Activation::Silu.forward(x),
     }
 }
 
@@ -84,7 +84,8 @@ impl FeedForward {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.net_2.forward(&self.net_0_proj.forward(x)?.gelu_erf()?)
+        self.net_2
+            .forward(&activate(&self.net_0_proj.forward(x)?, Activation::Gelu)?)
     }
 }
 
