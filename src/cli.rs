@@ -194,6 +194,19 @@ pub enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Toy-world evaluation: prior-only vs guided shape/colour accuracy, seen vs held-out.
+    Eval {
+        /// Prompt file of toy captions (e.g. prompts/toy-eval.txt).
+        file: PathBuf,
+        #[command(flatten)]
+        settings: GenerateArgs,
+        /// Seeds per prompt.
+        #[arg(long, default_value_t = 3)]
+        seeds: u64,
+        /// Print JSON instead of markdown tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a model's configuration and parameter count, and the environment defaults.
     Info {
         /// A CLIP model to describe.
@@ -424,6 +437,44 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let sheet = out.join("views.png");
             write_atomic(&sheet, &png).with_context(|| format!("writing {}", sheet.display()))?;
             println!("{}\n{}", latent.display(), sheet.display());
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        Command::Eval {
+            file,
+            settings,
+            seeds,
+            json,
+        } => {
+            let parsed = parse_prompt_file(&file)?;
+            if let Some(e) = parsed.errors.first() {
+                bail!("{e}");
+            }
+            let prompts: Vec<String> = parsed.items.into_iter().map(|i| i.prompt).collect();
+            let device = args.device.open()?;
+            let run = run_settings(&settings, &device)?;
+            let models = load_models(&settings.models, &hub, &device)?;
+            let seeds: Vec<u64> = (0..seeds).map(|k| settings.seed + k).collect();
+            let bar = progress((prompts.len() * seeds.len()) as u64, args.log.quiet);
+            let [prior, guided] =
+                pipeline::evaluate(&models, &prompts, &seeds, &run, &device, |p, seed| {
+                    bar.set_message(format!("{p} (seed {seed})"));
+                    bar.inc(1);
+                })?;
+            bar.finish_and_clear();
+            if json {
+                println!(
+                    "{{\"prior_only\": {}, \"guided\": {}}}",
+                    prior.to_json()?,
+                    guided.to_json()?
+                );
+            } else {
+                println!(
+                    "## Prior only\n\n{}\n## Guided ({} steps)\n\n{}",
+                    prior.to_markdown(),
+                    run.guide.steps,
+                    guided.to_markdown()
+                );
+            }
             Ok(ExitCode::from(EXIT_OK))
         }
         Command::Export {

@@ -101,6 +101,89 @@ impl Field for LatentField<'_> {
     }
 }
 
+/// The mesh of a plain latent (no graph): grid sampling and marching cubes, as the export does.
+pub fn extract_mesh(
+    decoder: &Decoder,
+    latent: &Tensor,
+    grid: usize,
+    device: &Device,
+) -> Result<mesh::Mesh> {
+    let field = LatentField {
+        decoder,
+        latent: latent.detach(),
+    };
+    let g = mesh::sample_grid(&field, device, grid, mesh::Bounds::SHAP_E, 4096)?;
+    Ok(mesh::marching_cubes(&g, 0.0, mesh::McMode::Exact)?)
+}
+
+/// Prior-only vs guided accuracy of the toy world: for every prompt and seed, classify the mesh
+/// of the prior sample and of the guided latent by shape IoU and mean colour (no CLIP involved).
+pub fn evaluate(
+    models: &Models,
+    prompts: &[String],
+    seeds: &[u64],
+    s: &RunSettings,
+    device: &Device,
+    mut on_item: impl FnMut(&str, u64),
+) -> Result<[crate::toy::EvalTable; 2]> {
+    use crate::toy::{classify, EvalTable};
+    let mut tables = [EvalTable::new(), EvalTable::new()];
+    for prompt in prompts {
+        let text = models.scorer.embed_texts(&[prompt.as_str()])?;
+        for &seed in seeds {
+            on_item(prompt, seed);
+            let rng = Rng::new(seed);
+            let t = Instant::now();
+            let z0 = models.sample(
+                prompt,
+                s.prior_steps,
+                s.guidance_scale,
+                &mut rng.fork(1),
+                device,
+            )?;
+            let prior_secs = t.elapsed().as_secs_f64();
+            let judge = |z: &Tensor| -> Result<
+                std::result::Result<crate::toy::Classification, crate::toy::EvalError>,
+            > {
+                Ok(
+                    match extract_mesh(&models.shap_e.decoder, z, s.grid, device) {
+                        Ok(m) => classify(&m),
+                        Err(e) => {
+                            tracing::warn!("{prompt:?} seed {seed}: no mesh ({e:#})");
+                            Err(crate::toy::EvalError::Empty)
+                        }
+                    },
+                )
+            };
+            let before = judge(&z0)?;
+            let outcome =
+                |table: &mut EvalTable, c: &std::result::Result<_, _>, secs| -> Result<()> {
+                    table.push(prompt, c.as_ref(), secs).map_err(|e| {
+                        anyhow::anyhow!("prompt {prompt:?} is not a toy caption ({})", e.0)
+                    })
+                };
+            outcome(&mut tables[0], &before, prior_secs)?;
+            let t = Instant::now();
+            let (z, _) = guide::optimize(
+                &models.shap_e.decoder,
+                &models.scorer,
+                &text,
+                &z0,
+                &s.guide,
+                &mut rng.fork(3),
+                |_, _| {},
+            )?;
+            let after = judge(&z)?;
+            outcome(
+                &mut tables[1],
+                &after,
+                prior_secs + t.elapsed().as_secs_f64(),
+            )?;
+        }
+    }
+    Ok(tables)
+}
+
 /// Settings of one `generate` item.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSettings {
