@@ -70,6 +70,9 @@ pub struct ModelArgs {
     /// Scoring CLIP: `toy`, a hub id such as openai/clip-vit-base-patch16, or a folder.
     #[arg(long, default_value = "toy")]
     pub clip: ModelSpec,
+    /// A second, held-out CLIP that only scores the result (e.g. openai/clip-vit-base-patch32).
+    #[arg(long)]
+    pub eval_clip: Option<ModelSpec>,
 }
 
 /// Settings of one generation (shared by `generate` and `batch`).
@@ -515,7 +518,15 @@ fn load_models(
         .with_context(|| format!("resolving --model {}", m.model))?;
     let clip = crate::models::resolve(&m.clip, ModelKind::Clip, &toy_root(), hub)
         .with_context(|| format!("resolving --clip {}", m.clip))?;
-    pipeline::Models::load(&shap_e, &clip, device)
+    let mut models = pipeline::Models::load(&shap_e, &clip, device)?;
+    if let Some(spec) = &m.eval_clip {
+        let dir = crate::models::resolve(spec, ModelKind::Clip, &toy_root(), hub)
+            .with_context(|| format!("resolving --eval-clip {spec}"))?;
+        let scorer = crate::clip::ClipScorer::load(&dir, device)
+            .with_context(|| format!("loading the held-out CLIP in {}", dir.display()))?;
+        models.held_out = Some(scorer);
+    }
+    Ok(models)
 }
 
 /// Validated run settings from the arguments; `--memory-budget` picks the ray chunk and the CLIP

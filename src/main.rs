@@ -4,6 +4,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Counts live heap bytes so run reports can state the peak memory of each stage.
+#[global_allocator]
+static ALLOC: clipsculpt::autodiff::memory::CountingAlloc =
+    clipsculpt::autodiff::memory::CountingAlloc;
+
 fn main() -> ExitCode {
     let args = clipsculpt::cli::Args::parse();
     clipsculpt::cli::init_tracing(&args.log);

@@ -30,6 +30,8 @@ pub struct Models {
     pub tokenizer: ClipTokenizer,
     /// The scoring CLIP (guidance).
     pub scorer: ClipScorer,
+    /// An optional held-out CLIP that scores the result but never guides it.
+    pub held_out: Option<ClipScorer>,
     /// Where they came from, for reports.
     pub sources: [String; 2],
 }
@@ -53,6 +55,7 @@ impl Models {
             text_encoder,
             tokenizer,
             scorer,
+            held_out: None,
             sources: [
                 shap_e_dir.display().to_string(),
                 clip_dir.display().to_string(),
@@ -222,6 +225,8 @@ pub struct Report {
     pub score_before: f32,
     /// After.
     pub score_after: f32,
+    /// The held-out CLIP's cosine before and after, when one was given.
+    pub held_out_scores: Option<[f32; 2]>,
     /// Seconds per stage: sample, optimize, export.
     pub seconds: [f64; 3],
     /// Peak heap bytes of the optimization (counting allocator; 0 when not installed).
@@ -289,6 +294,17 @@ pub fn generate(
         score_res,
         &mut rng.fork(2),
     )?;
+    let held_out_scores = match &models.held_out {
+        Some(h) => {
+            let t = h.embed_texts(&[prompt])?;
+            let res = h.image_size();
+            Some([
+                guide::score(decoder, h, &t, &z0, res, &mut rng.fork(2))?,
+                guide::score(decoder, h, &t, &z, res, &mut rng.fork(2))?,
+            ])
+        }
+        None => None,
+    };
 
     let mut files = Vec::new();
     for (name, latent) in [
@@ -334,6 +350,7 @@ pub fn generate(
         trace,
         score_before,
         score_after,
+        held_out_scores,
         seconds: [t_sample, t_opt, t2.elapsed().as_secs_f64()],
         peak_optimize_bytes,
         mesh: serde_json::to_value(format!("{:?}", export.stats))?,
