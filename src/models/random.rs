@@ -26,39 +26,60 @@ fn io(e: std::io::Error) -> candle_core::Error {
     candle_core::Error::Msg(e.to_string())
 }
 
-/// Creates every variable of a model through `build`, re-initialises them from `seed`, and saves
-/// them to `path`.
+/// The initial value of parameter `name` (see the module docs).
+fn init(name: &str, dims: &[usize], rng: &mut Rng, dev: &Device) -> Result<Tensor> {
+    if name.ends_with("logit_scale") {
+        Tensor::full((1.0f32 / 0.07).ln(), dims, dev)
+    } else if name.ends_with("bias") {
+        Tensor::zeros(dims, DType::F32, dev)
+    } else if name.ends_with("weight") && dims.len() == 1 {
+        Tensor::ones(dims, DType::F32, dev)
+    } else {
+        rng.normal_tensor(dims, dev)? * 0.02
+    }
+}
+
+/// Every parameter `build` asks for, with random values from `seed` (names sorted, so the draws
+/// do not depend on hash order).
+pub fn random_tensors<T>(
+    seed: u64,
+    dev: &Device,
+    build: impl FnOnce(VarBuilder) -> Result<T>,
+) -> Result<std::collections::HashMap<String, Tensor>> {
+    let map = VarMap::new();
+    build(VarBuilder::from_varmap(&map, DType::F32, dev))?;
+    let data = map
+        .data()
+        .lock()
+        .map_err(|_| candle_core::Error::Msg("variable map lock poisoned (bug)".into()))?;
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    let mut rng = Rng::new(seed);
+    names
+        .into_iter()
+        .map(|n| Ok((n.clone(), init(n, data[n].dims(), &mut rng, dev)?)))
+        .collect()
+}
+
+/// A model with random *frozen* weights (plain tensors, as loaded from a file), for benchmarks.
+pub fn random_frozen<T>(
+    seed: u64,
+    dev: &Device,
+    build: impl Fn(VarBuilder) -> Result<T>,
+) -> Result<T> {
+    let tensors = random_tensors(seed, dev, &build)?;
+    build(VarBuilder::from_tensors(tensors, DType::F32, dev))
+}
+
+/// Creates every parameter of a model through `build` with random values from `seed`, and saves
+/// them to `path` as safetensors.
 pub fn save_random<T>(
     path: &Path,
     seed: u64,
     build: impl FnOnce(VarBuilder) -> Result<T>,
 ) -> Result<()> {
-    let map = VarMap::new();
-    build(VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu))?;
-    let mut rng = Rng::new(seed);
-    {
-        let data = map
-            .data()
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("variable map lock poisoned (bug)".into()))?;
-        let mut names: Vec<&String> = data.keys().collect();
-        names.sort();
-        for name in names {
-            let var = &data[name];
-            let dims = var.dims().to_vec();
-            let value = if name.ends_with("logit_scale") {
-                Tensor::full((1.0f32 / 0.07).ln(), dims.as_slice(), &Device::Cpu)?
-            } else if name.ends_with("bias") {
-                Tensor::zeros(dims.as_slice(), DType::F32, &Device::Cpu)?
-            } else if name.ends_with("weight") && dims.len() == 1 {
-                Tensor::ones(dims.as_slice(), DType::F32, &Device::Cpu)?
-            } else {
-                (rng.normal_tensor(&dims, &Device::Cpu)? * 0.02)?
-            };
-            var.set(&value)?;
-        }
-    }
-    map.save(path)
+    let tensors = random_tensors(seed, &Device::Cpu, build)?;
+    candle_core::safetensors::save(&tensors, path)
 }
 
 /// The JSON of a small CLIP (text + vision) over the toy tokenizer's vocabulary.

@@ -1,0 +1,105 @@
+//! One guidance step of workload `guide-cpu-v1`: the real decoder geometry (random weights,
+//! latent 1024 × 1024, 256-wide MLP), one view of N×N rays with 64 stratified samples per ray
+//! (jitter 0.5) in the [−1, 1]³ box, fine density/colour channels, composited over grey
+//! backgrounds 0, 0.33, 0.66 and 1 (4 copies), bilinear resize to 224, the ViT-B/32 vision tower
+//! (random weights) + projection, loss −mean cosine with a fixed random text embedding, backward
+//! to the latent. Prints seconds and peak heap bytes per step with and without checkpointing
+//! (ray chunks of 256 + every CLIP block), at 32×32 and 64×64 rays.
+//!
+//! Run: `cargo bench --bench guide`
+
+use std::time::Instant;
+
+use candle_core::{Device, Result, Tensor, Var};
+use clipsculpt::autodiff::checkpoint::Policy;
+use clipsculpt::autodiff::memory::{mib, CountingAlloc, PeakMeter};
+use clipsculpt::autodiff::rng::Rng;
+use clipsculpt::clip::{
+    preprocess, scorer::normalize, ClipVisionConfig, ClipVisionModelWithProjection,
+};
+use clipsculpt::models::random::random_frozen;
+use clipsculpt::render::{render_views_with, Camera, RayDraws, RenderSettings};
+use clipsculpt::shap_e::{Decoder, RendererConfig};
+
+#[global_allocator]
+static A: CountingAlloc = CountingAlloc;
+
+fn main() -> Result<()> {
+    let dev = Device::Cpu;
+    let cfg: RendererConfig =
+        serde_json::from_str("{}").map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    let decoder = random_frozen(1, &dev, |vb| Decoder::new(vb, &cfg))?;
+    let vit_cfg = ClipVisionConfig {
+        hidden_size: 768,
+        intermediate_size: 3072,
+        num_hidden_layers: 12,
+        num_attention_heads: 12,
+        image_size: 224,
+        patch_size: 32,
+        ..ClipVisionConfig::default()
+    };
+    let vit = random_frozen(2, &dev, |vb| {
+        ClipVisionModelWithProjection::new(vb, &vit_cfg, 512)
+    })?;
+    let mut rng = Rng::new(3);
+    let latent0 = (rng.normal_tensor(&[1, 1024, 1024], &dev)? * 0.3)?.clamp(-1f32, 1f32)?;
+    let text = normalize(&rng.normal_tensor(&[1, 512], &dev)?)?;
+
+    println!("## guide-cpu-v1: one guidance step (forward + backward to the latent)\n");
+    println!("| rays | checkpointing | seconds / step | peak bytes | peak | vs unchecked |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for res in [32usize, 64] {
+        let mut base = None;
+        for ckpt in [false, true] {
+            let z = Var::from_tensor(&latent0)?;
+            let meter = PeakMeter::start();
+            let t = Instant::now();
+            let settings = RenderSettings {
+                n_coarse: 64,
+                n_fine: 0,
+                chunk_rays: ckpt.then_some(256),
+                background: Some([0.0, 0.0, 0.0]),
+            };
+            let rays = res * res;
+            let draws = RayDraws {
+                coarse: Tensor::full(0.5f32, (rays, 64), &dev)?,
+                fine_index: Tensor::zeros((rays, 0), candle_core::DType::F32, &dev)?,
+                fine_offset: Tensor::zeros((rays, 0), candle_core::DType::F32, &dev)?,
+            };
+            let camera = Camera::orbit(0.6, 0.5, 4.0, 0.7, res, res);
+            let view = render_views_with(&decoder, z.as_tensor(), &[camera], &settings, &draws)?;
+            let rgb = view.rgb.get(0)?.permute((2, 0, 1))?; // premultiplied over black
+            let alpha = view.opacity.get(0)?.unsqueeze(0)?;
+            let copies: Vec<Tensor> = [0.0, 0.33, 0.66, 1.0]
+                .iter()
+                .map(|&g| &rgb + (alpha.affine(-1.0, 1.0)? * g)?)
+                .collect::<Result<_>>()?;
+            let pixels = preprocess(&Tensor::stack(&copies, 0)?, 224)?;
+            let policy = if ckpt { Policy::BLOCKS } else { Policy::None };
+            let (_, emb) = vit.forward(&pixels, &policy)?;
+            let loss = normalize(&emb)?.matmul(&text.t()?)?.mean_all()?.neg()?;
+            let grads = loss.backward()?;
+            let secs = t.elapsed().as_secs_f64();
+            let peak = meter.peak_above_base();
+            assert!(grads.get(&z).is_some(), "the gradient reaches the latent");
+            drop(grads);
+            let ratio = match base {
+                None => {
+                    base = Some(peak);
+                    "100%".to_string()
+                }
+                Some(b) => format!("{:.1}%", 100.0 * peak as f64 / b as f64),
+            };
+            println!(
+                "| {res}×{res} | {} | {secs:.2} | {peak} | {} | {ratio} |",
+                if ckpt {
+                    "ray chunks 256 + CLIP blocks"
+                } else {
+                    "none"
+                },
+                mib(peak)
+            );
+        }
+    }
+    Ok(())
+}
