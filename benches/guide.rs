@@ -72,7 +72,7 @@ fn main() -> Result<()> {
             let alpha = view.opacity.get(0)?.unsqueeze(0)?;
             let copies: Vec<Tensor> = [0.0, 0.33, 0.66, 1.0]
                 .iter()
-                .map(|&g| &rgb + (alpha.affine(-1.0, 1.0)? * g)?)
+                .map(|&g| rgb.broadcast_add(&(alpha.affine(-1.0, 1.0)? * g)?))
                 .collect::<Result<_>>()?;
             let pixels = preprocess(&Tensor::stack(&copies, 0)?, 224)?;
             let policy = if ckpt { Policy::BLOCKS } else { Policy::None };
