@@ -83,6 +83,7 @@ fn build_case(index: u8) -> Case {
     for face in FACES {
         let edge = |k: usize| {
             edge_between(face[k], face[(k + 1) % 4]).expect("face cycle corners share edges (bug)")
+            // ok: internal invariant
         };
         let crossed: Vec<usize> = (0..4)
             .filter(|&k| inside(face[k]) != inside(face[(k + 1) % 4]))

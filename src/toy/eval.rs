@@ -232,7 +232,7 @@ pub fn nearest_colour(linear: [f32; 3]) -> (Colour, f32) {
         })
         .min_by(|a, b| a.1.total_cmp(&b.1))
         // ok: Colour::ALL is a non-empty constant.
-        .expect("Colour::ALL is not empty")
+        .expect("Colour::ALL is not empty") // ok: constant non-empty list
 }
 
 /// Linear sRGB (D65) to CIE L*a*b*.
