@@ -81,9 +81,9 @@ fn build_case(index: u8) -> Case {
     // Undirected segments between crossed edges, per face.
     let mut neighbours: [Vec<usize>; 12] = Default::default();
     for face in FACES {
+        // ok: consecutive corners of a cube face always share an edge (internal invariant).
         let edge = |k: usize| {
             edge_between(face[k], face[(k + 1) % 4]).expect("face cycle corners share edges (bug)")
-            // ok: internal invariant
         };
         let crossed: Vec<usize> = (0..4)
             .filter(|&k| inside(face[k]) != inside(face[(k + 1) % 4]))
