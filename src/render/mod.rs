@@ -146,18 +146,25 @@ fn render_chunk(
         .zip(&cu)
         .map(|(g, u)| samplers::stratified(g.t0, g.t1, u))
         .collect();
-    let frozen: Vec<Tensor> = weights.iter().map(|w| w.detach()).collect();
-    let raw = mlp.forward(&frozen, &points(&o, &d, &coarse, dtype, &dev)?)?;
-    let density = nerstf::density(&raw.reshape((r, coarse[0].len(), ()))?, Level::Coarse)?;
-    let (cw, _) = composite::weights(&delta(&coarse)?, &density)?;
-    let cw = rows(&cw)?;
-    let fine: Vec<Vec<f32>> = (0..r)
-        .map(|i| {
-            let g = &ranges[i];
-            let extra = samplers::importance(g.t0, g.t1, &coarse[i], &cw[i], &fi[i], &fo[i]);
-            samplers::merge(&extra, &coarse[i])
-        })
-        .collect();
+    let no_fine = fi.first().is_none_or(|f| f.is_empty());
+    let fine: Vec<Vec<f32>> = if no_fine {
+        // No importance samples: the stratified samples are the image's samples, and the coarse
+        // MLP pass that would only place fine samples is skipped.
+        coarse
+    } else {
+        let frozen: Vec<Tensor> = weights.iter().map(|w| w.detach()).collect();
+        let raw = mlp.forward(&frozen, &points(&o, &d, &coarse, dtype, &dev)?)?;
+        let density = nerstf::density(&raw.reshape((r, coarse[0].len(), ()))?, Level::Coarse)?;
+        let (cw, _) = composite::weights(&delta(&coarse)?, &density)?;
+        let cw = rows(&cw)?;
+        (0..r)
+            .map(|i| {
+                let g = &ranges[i];
+                let extra = samplers::importance(g.t0, g.t1, &coarse[i], &cw[i], &fi[i], &fo[i]);
+                samplers::merge(&extra, &coarse[i])
+            })
+            .collect()
+    };
     // Fine pass with the live weights: this is the image.
     let raw = mlp.forward(weights, &points(&o, &d, &fine, dtype, &dev)?)?;
     let raw = raw.reshape((r, fine[0].len(), ()))?;
