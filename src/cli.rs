@@ -336,12 +336,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             });
             ensure_writable(&out)?;
             let models = load_models(&settings.models, &hub, &device)?;
-            let bar = progress(run.guide.steps as u64, args.log.quiet);
-            let report = pipeline::generate(&models, &prompt, &run, &out, &device, |_, c| {
-                bar.set_message(format!("CLIP cosine {c:.3}"));
-                bar.inc(1);
-            })?;
-            bar.finish_and_clear();
+            let bar = StageBar::new(args.log.quiet);
+            let report =
+                pipeline::generate(&models, &prompt, &run, &out, &device, |p| bar.update(p))?;
+            bar.finish();
             if !args.log.quiet {
                 println!(
                     "{prompt:?}: CLIP cosine {:.3} → {:.3} ({} steps, {} skipped) in {}",
@@ -386,7 +384,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 if let Some(steps) = item.steps {
                     s.guide.steps = steps;
                 }
-                pipeline::generate(&models, &item.prompt, &s, dir, &device, |_, _| {})
+                pipeline::generate(&models, &item.prompt, &s, dir, &device, |_| {})
                     .map(|_| ())
                     .map_err(|e| format!("{e:#}").into())
             })?;
@@ -458,6 +456,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let models = load_models(&settings.models, &hub, &device)?;
             let seeds: Vec<u64> = (0..seeds).map(|k| settings.seed + k).collect();
             let bar = progress((prompts.len() * seeds.len()) as u64, args.log.quiet);
+            bar.set_prefix("evaluating");
             let [prior, guided] =
                 pipeline::evaluate(&models, &prompts, &seeds, &run, &device, |p, seed| {
                     bar.set_message(format!("{p} (seed {seed})"));
@@ -605,6 +604,64 @@ fn ensure_writable(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One bar per stage of a run: a spinner while sampling and exporting, a bar with ETA and the
+/// current CLIP cosine while optimizing; hidden in quiet mode.
+struct StageBar {
+    bar: std::cell::RefCell<Option<indicatif::ProgressBar>>,
+    quiet: bool,
+}
+
+impl StageBar {
+    fn new(quiet: bool) -> Self {
+        Self {
+            bar: std::cell::RefCell::new(None),
+            quiet,
+        }
+    }
+
+    fn update(&self, p: pipeline::Progress) {
+        match p {
+            pipeline::Progress::Stage(name, steps) => {
+                tracing::debug!("stage: {name}");
+                let bar = if steps > 0 {
+                    progress(steps as u64, self.quiet)
+                } else {
+                    spinner(self.quiet)
+                };
+                bar.set_prefix(name);
+                if let Some(old) = self.bar.replace(Some(bar)) {
+                    old.finish_and_clear();
+                }
+            }
+            pipeline::Progress::Step(_, c) => {
+                if let Some(b) = self.bar.borrow().as_ref() {
+                    b.set_message(format!("CLIP cosine {c:.3}"));
+                    b.inc(1);
+                }
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// A spinner for a stage without countable steps.
+fn spinner(quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {prefix} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
 /// A progress bar with ETA, hidden in quiet mode.
 fn progress(len: u64, quiet: bool) -> indicatif::ProgressBar {
     if quiet {
@@ -612,7 +669,7 @@ fn progress(len: u64, quiet: bool) -> indicatif::ProgressBar {
     }
     let bar = indicatif::ProgressBar::new(len);
     if let Ok(style) =
-        indicatif::ProgressStyle::with_template("optimizing [{bar:30}] {pos}/{len} ETA {eta} {msg}")
+        indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} ETA {eta} {msg}")
     {
         bar.set_style(style);
     }

@@ -237,17 +237,27 @@ pub struct Report {
     pub files: Vec<PathBuf>,
 }
 
-/// Runs the whole job for `prompt` into `out_dir`, reporting progress through `on_step`.
+/// Progress of a run, for bars and logs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Progress {
+    /// A stage begins: its name and its number of steps (0 when it has none to count).
+    Stage(&'static str, usize),
+    /// An optimization step ended with this mean CLIP cosine.
+    Step(usize, f32),
+}
+
+/// Runs the whole job for `prompt` into `out_dir`, reporting progress through `on_progress`.
 pub fn generate(
     models: &Models,
     prompt: &str,
     s: &RunSettings,
     out_dir: &Path,
     device: &Device,
-    mut on_step: impl FnMut(usize, f32),
+    mut on_progress: impl FnMut(Progress),
 ) -> Result<Report> {
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let rng = Rng::new(s.seed);
+    on_progress(Progress::Stage("sampling the prior", 0));
     let t0 = Instant::now();
     let z0 = models.sample(
         prompt,
@@ -269,6 +279,7 @@ pub fn generate(
         &mut rng.fork(2),
     )?;
 
+    on_progress(Progress::Stage("optimizing", s.guide.steps));
     let t1 = Instant::now();
     let meter = memory::PeakMeter::start();
     let (z, trace) = if s.guide.steps == 0 {
@@ -281,7 +292,7 @@ pub fn generate(
             &z0,
             &s.guide,
             &mut rng.fork(3),
-            &mut on_step,
+            |step, c| on_progress(Progress::Step(step, c)),
         )?
     };
     let peak_optimize_bytes = meter.peak_above_base();
@@ -306,6 +317,7 @@ pub fn generate(
         None => None,
     };
 
+    on_progress(Progress::Stage("writing latents, previews and meshes", 0));
     let mut files = Vec::new();
     for (name, latent) in [
         ("latent_prior.safetensors", &z0),
@@ -406,7 +418,7 @@ mod tests {
             formats: Format::DEFAULT.to_vec(),
         };
         let out = dir.path().join("out");
-        let report = generate(&models, "a red cube", &s, &out, &dev, |_, _| {})?;
+        let report = generate(&models, "a red cube", &s, &out, &dev, |_| {})?;
         assert_eq!(report.trace.skipped, 0);
         let c = &report.trace.cosine;
         let (head, tail) = (
