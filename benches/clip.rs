@@ -6,15 +6,14 @@
 //! `cargo bench --bench clip`; `CLIP_BENCH_REPEATS` (default 1) repeats each policy and keeps the
 //! fastest time and the highest peak.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use candle_core::{DType, Device, Result, Tensor, Var};
-use candle_nn::{VarBuilder, VarMap};
+use candle_core::{Device, Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::memory::{mib, CountingAlloc, PeakMeter};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::clip::{preprocess, ClipVisionConfig, ClipVisionModelWithProjection};
+use clipsculpt::models::random::random_frozen;
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
@@ -33,45 +32,16 @@ fn vit_b32() -> ClipVisionConfig {
     }
 }
 
-/// Frozen random weights (plain tensors, as loaded from safetensors): the key list comes from a
-/// VarMap build, the values from our seeded generator.
+/// Frozen random weights (plain tensors, as loaded from safetensors), drawn from our seeded
+/// generator with transformers' init.
 fn random_tower(
     cfg: &ClipVisionConfig,
     projection: usize,
     dev: &Device,
 ) -> Result<ClipVisionModelWithProjection> {
-    let names: Vec<(String, Vec<usize>)> = {
-        let varmap = VarMap::new();
-        ClipVisionModelWithProjection::new(
-            VarBuilder::from_varmap(&varmap, DType::F32, dev),
-            cfg,
-            projection,
-        )?;
-        let data = varmap.data().lock().expect("varmap lock");
-        let mut names: Vec<_> = data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.dims().to_vec()))
-            .collect();
-        // Sorted, so that each key gets the same draws in every run (HashMap order is random).
-        names.sort();
-        names
-    };
-    let mut rng = Rng::new(7);
-    let mut ts = HashMap::new();
-    for (name, shape) in names {
-        let std = if name.contains("layer_norm") || name.contains("layrnorm") {
-            1.0
-        } else {
-            0.02
-        };
-        let t = (rng.normal_tensor(&shape, dev)? * std)?;
-        ts.insert(name, t);
-    }
-    ClipVisionModelWithProjection::new(
-        VarBuilder::from_tensors(ts, DType::F32, dev),
-        cfg,
-        projection,
-    )
+    random_frozen(7, dev, |vb| {
+        ClipVisionModelWithProjection::new(vb, cfg, projection)
+    })
 }
 
 /// One forward + backward; returns (peak bytes above the start, seconds, ‖d loss/d images‖).
