@@ -6,10 +6,12 @@
 //! * [`caption`]: "a red cube" and paraphrases, [`parse_caption`];
 //! * [`tokenizer`]: [`toy_tokenizer_json`], a CLIP-style BPE `tokenizer.json` covering every caption word;
 //! * [`eval`]: [`classify`] a mesh by volumetric IoU against each shape and by mean colour;
-//! * [`report`]: [`EvalTable`], accuracies split into seen and held-out combinations.
+//! * [`report`]: [`EvalTable`], accuracies split into seen and held-out combinations;
+//! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding.
 
 pub mod caption;
 pub mod eval;
+pub mod fit_decoder;
 pub mod report;
 pub mod tokenizer;
 mod voxel;
