@@ -231,6 +231,9 @@ pub struct Report {
     pub seconds: [f64; 3],
     /// Peak heap bytes of the optimization (counting allocator; 0 when not installed).
     pub peak_optimize_bytes: usize,
+    /// Memory in use when the export started, after optimization state was dropped (host heap;
+    /// device free/total under CUDA).
+    pub memory_before_export: String,
     /// Mesh statistics.
     pub mesh: serde_json::Value,
     /// Files written.
@@ -365,6 +368,7 @@ pub fn generate(
         held_out_scores,
         seconds: [t_sample, t_opt, t2.elapsed().as_secs_f64()],
         peak_optimize_bytes,
+        memory_before_export: export.memory_before.to_string(),
         mesh: serde_json::to_value(format!("{:?}", export.stats))?,
         files,
     };
