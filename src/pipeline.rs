@@ -104,7 +104,8 @@ impl Field for LatentField<'_> {
     }
 }
 
-/// The mesh of a plain latent (no graph): grid sampling and marching cubes, as the export does.
+/// The coloured mesh of a plain latent (no graph): grid sampling, marching cubes and vertex
+/// colours, as the export does.
 pub fn extract_mesh(
     decoder: &Decoder,
     latent: &Tensor,
@@ -116,7 +117,9 @@ pub fn extract_mesh(
         latent: latent.detach(),
     };
     let g = mesh::sample_grid(&field, device, grid, mesh::Bounds::SHAP_E, 4096)?;
-    Ok(mesh::marching_cubes(&g, 0.0, mesh::McMode::Exact)?)
+    let mut m = mesh::marching_cubes(&g, 0.0, mesh::McMode::Exact)?;
+    m.colours = mesh::sample_colours(&field, device, &m.positions, 4096)?;
+    Ok(m)
 }
 
 /// Prior-only vs guided accuracy of the toy world: for every prompt and seed, classify the mesh

@@ -158,6 +158,74 @@ mod tests {
     use super::*;
     use crate::toy::world::{Colour, Shape};
 
+    /// Scouting run (not a test of behaviour): fit every shape × colour at the embedded default's
+    /// size and classify each decoded mesh. `cargo test --release --lib -- --ignored --nocapture fit_all`
+    #[test]
+    #[ignore = "minutes; prints accuracy"]
+    fn fit_all_objects_and_classify() -> Result<()> {
+        use crate::models::random::TOY_SHAP_E;
+        use crate::toy::{classify, world::combinations};
+        let (h, d) = (TOY_SHAP_E.d_hidden, TOY_SHAP_E.d_latent);
+        let cfg: RendererConfig = serde_json::from_str(&format!(
+            r#"{{"d_hidden": {h}, "d_latent": {d}, "param_shapes": [[{h}, 93], [{h}, {h}], [{h}, {h}], [{h}, {h}]]}}"#
+        ))
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let objects: Vec<WorldObject> = combinations()
+            .into_iter()
+            .map(|(s, c)| WorldObject::canonical(s, c))
+            .collect();
+        let steps: usize = std::env::var("FIT_STEPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300);
+        let s = FitSettings {
+            steps,
+            points: 1024,
+            lr: 5e-3,
+            ..FitSettings::default()
+        };
+        let t = std::time::Instant::now();
+        let fit = fit_decoder(&cfg, &objects, &s, &Device::Cpu)?;
+        println!(
+            "fit: {steps} steps in {:.1} s, loss {:.4} -> {:.4}",
+            t.elapsed().as_secs_f64(),
+            fit.losses[0],
+            fit.losses[steps - 1]
+        );
+        let (mut shape_ok, mut colour_ok) = (0, 0);
+        for (i, o) in objects.iter().enumerate() {
+            let z = fit.latents.as_tensor().get(i)?.unsqueeze(0)?.detach();
+            let mesh = match crate::pipeline::extract_mesh(&fit.decoder, &z, 40, &Device::Cpu) {
+                Ok(m) => m,
+                Err(e) => {
+                    println!("{}: {e:#}", o.caption());
+                    continue;
+                }
+            };
+            match classify(&mesh) {
+                Ok(c) => {
+                    if i < 6 {
+                        println!(
+                            "{}: mean colour {:?} vs {:?} -> {:?}",
+                            o.caption(),
+                            c.mean_colour,
+                            o.params.rgb,
+                            c.colour
+                        );
+                    }
+                    shape_ok += usize::from(c.shape == o.shape);
+                    colour_ok += usize::from(c.colour == o.colour);
+                }
+                Err(e) => println!("{}: {e}", o.caption()),
+            }
+        }
+        println!(
+            "shape {shape_ok}/{n}, colour {colour_ok}/{n}",
+            n = objects.len()
+        );
+        Ok(())
+    }
+
     /// A short fit on two objects with a tiny decoder lowers its loss and keeps latents in range.
     #[test]
     fn short_fit_lowers_the_loss() -> Result<()> {
