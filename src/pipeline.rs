@@ -389,6 +389,36 @@ mod tests {
         toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes,
     };
 
+    /// Regression: the extracted mesh carries the decoder's colours (the evaluator once judged every
+    /// mesh grey because the colours were never sampled).
+    #[test]
+    fn extracted_meshes_carry_the_field_colours() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let sizes = ShapESizes {
+            d_hidden: 8,
+            d_latent: 16,
+            prior_layers: 1,
+            text_width: 16,
+        };
+        write_random_shap_e(dir.path(), sizes, 5)?;
+        let shap_e = ShapE::load(dir.path(), DType::F32, &Device::Cpu)?;
+        let rows = shap_e.decoder.config().latent_rows();
+        let z = (Rng::new(1).normal_tensor(&[1, rows, 16], &Device::Cpu)? * 3.0)?;
+        let m = extract_mesh(&shap_e.decoder, &z, 24, &Device::Cpu)?;
+        assert_eq!(m.colours.len(), m.positions.len());
+        let (_, rgb) = shap_e
+            .decoder
+            .query_field(&z, &Tensor::new(&[m.positions[0]], &Device::Cpu)?)?;
+        let srgb = rgb.flatten_all()?.to_vec1::<f32>()?;
+        for (c, s) in m.colours[0].iter().zip(srgb) {
+            assert!(
+                (c - crate::mesh::colour::srgb_to_linear(s)).abs() < 1e-3,
+                "{c} vs linear({s})"
+            );
+        }
+        Ok(())
+    }
+
     /// A small guided run on random weights: the scoring-CLIP cosine rises over the run, every
     /// step's gradient reaches the latent (none skipped) with decoder chunks and CLIP blocks
     /// checkpointed, and every output file is written.

@@ -286,3 +286,37 @@ fn batch_resumes_after_a_kill_and_reports_bad_lines() {
     }
     assert!(out.join("sphere").join("mesh.glb").is_file());
 }
+
+/// `eval` runs prior-only and guided generations of toy captions and prints both tables, split
+/// into seen and held-out combinations.
+#[test]
+fn eval_prints_prior_and_guided_tables() {
+    let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/toy-heldout.txt");
+    let o = clipsculpt(
+        &[
+            "-q",
+            "eval",
+            prompts,
+            "--seeds",
+            "1",
+            "--steps",
+            "1",
+            "--prior-steps",
+            "2",
+            "--resolution",
+            "8",
+            "--views",
+            "1",
+            "--grid",
+            "16",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("## Prior only") && out.contains("## Guided (1 steps)"),
+        "{out}"
+    );
+    assert!(out.contains("| held-out | 6 |"), "{out}");
+}
