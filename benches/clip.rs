@@ -18,20 +18,6 @@ use clipsculpt::models::random::random_frozen;
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
 
-/// openai/clip-vit-base-patch32's vision tower
-/// (<https://huggingface.co/openai/clip-vit-base-patch32/blob/main/config.json>).
-fn vit_b32() -> ClipVisionConfig {
-    ClipVisionConfig {
-        hidden_size: 768,
-        intermediate_size: 3072,
-        num_hidden_layers: 12,
-        num_attention_heads: 12,
-        image_size: 224,
-        patch_size: 32,
-        ..ClipVisionConfig::default()
-    }
-}
-
 /// Frozen random weights (plain tensors, as loaded from safetensors), drawn from our seeded
 /// generator with transformers' init.
 fn random_tower(
@@ -77,7 +63,9 @@ fn main() -> Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let cfg = vit_b32();
+    // transformers' defaults are openai/clip-vit-base-patch32's vision tower
+    // (<https://huggingface.co/openai/clip-vit-base-patch32/blob/main/config.json>).
+    let cfg = ClipVisionConfig::default();
     let model = random_tower(&cfg, 512, &dev)?;
     let mut rng = Rng::new(1);
     let images = rng.uniform_tensor(&[8, 3, 224, 224], &dev)?;

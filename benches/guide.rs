@@ -29,15 +29,8 @@ fn main() -> Result<()> {
     let cfg: RendererConfig =
         serde_json::from_str("{}").map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     let decoder = random_frozen(1, &dev, |vb| Decoder::new(vb, &cfg))?;
-    let vit_cfg = ClipVisionConfig {
-        hidden_size: 768,
-        intermediate_size: 3072,
-        num_hidden_layers: 12,
-        num_attention_heads: 12,
-        image_size: 224,
-        patch_size: 32,
-        ..ClipVisionConfig::default()
-    };
+    // transformers' defaults are openai/clip-vit-base-patch32's vision tower.
+    let vit_cfg = ClipVisionConfig::default();
     let vit = random_frozen(2, &dev, |vb| {
         ClipVisionModelWithProjection::new(vb, &vit_cfg, 512)
     })?;
