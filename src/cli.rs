@@ -86,14 +86,14 @@ pub struct GenerateArgs {
     /// Prior sampling steps (Heun/Karras).
     #[arg(long, default_value_t = 64)]
     pub prior_steps: usize,
-    /// Classifier-free guidance scale of the prior.
-    #[arg(long, default_value_t = 15.0)]
-    pub guidance_scale: f64,
+    /// Classifier-free guidance scale of the prior [default: the model's sampling.json, else 15]
+    #[arg(long)]
+    pub guidance_scale: Option<f64>,
     /// CLIP-guided optimization steps (0 = plain Shap-E).
     #[arg(long, default_value_t = 30)]
     pub steps: usize,
     /// Peak learning rate of the latent optimizer.
-    #[arg(long, default_value_t = 0.03)]
+    #[arg(long, default_value_t = 0.01)]
     pub lr: f64,
     /// Random views rendered per optimization step.
     #[arg(long, default_value_t = 2)]
@@ -174,9 +174,9 @@ pub enum Command {
         /// Prior sampling steps.
         #[arg(long, default_value_t = 64)]
         prior_steps: usize,
-        /// Classifier-free guidance scale.
-        #[arg(long, default_value_t = 15.0)]
-        guidance_scale: f64,
+        /// Classifier-free guidance scale [default: the model's sampling.json, else 15]
+        #[arg(long)]
+        guidance_scale: Option<f64>,
         /// Output folder (default outputs/<slug>-<seed>).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -209,6 +209,18 @@ pub enum Command {
         /// Print JSON instead of markdown tables.
         #[arg(long)]
         json: bool,
+    },
+    /// Train the embedded toy world (decoder, CLIP, prior) from a seed into a folder.
+    TrainToy {
+        /// Output folder (the embedded default lives in assets/toy).
+        #[arg(long, default_value = "outputs/toy")]
+        out: PathBuf,
+        /// Root seed of every stage.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// A few combinations and steps: checks the command in seconds (the weights are not useful).
+        #[arg(long)]
+        quick: bool,
     },
     /// Show a model's configuration and parameter count, and the environment defaults.
     Info {
@@ -297,6 +309,52 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let dir = crate::models::resolve(&spec, kind, &toy_root(), &hub)
                 .with_context(|| format!("downloading {spec}"))?;
             println!("{}", dir.display());
+            Ok(ExitCode::from(EXIT_OK))
+        }
+        Command::TrainToy { out, seed, quick } => {
+            use crate::toy::train::{train_toy, ToyTrainSettings, TrainProgress, LOG_FILE};
+            let device = args.device.open()?;
+            ensure_writable(&out)?;
+            let settings = if quick {
+                ToyTrainSettings::quick(seed)
+            } else {
+                ToyTrainSettings::full(seed)
+            };
+            let bar = std::cell::RefCell::new(spinner(true));
+            let log = train_toy(&out, &settings, &device, |p| match p {
+                TrainProgress::Stage(name, steps) => {
+                    tracing::info!("{name}: {steps} steps");
+                    let b = progress(steps as u64, args.log.quiet);
+                    b.set_prefix(name);
+                    bar.replace(b).finish_and_clear();
+                }
+                TrainProgress::Step(loss) => {
+                    let b = bar.borrow();
+                    b.set_message(format!("loss {loss:.4}"));
+                    b.inc(1);
+                }
+            })
+            .with_context(|| format!("training the toy world into {}", out.display()))?;
+            bar.borrow().finish_and_clear();
+            if !args.log.quiet {
+                let last = |v: &[f32]| v.last().copied().unwrap_or(f32::NAN);
+                println!(
+                    "trained into {} in {:.0} s (decoder {:.0} s, CLIP {:.0} s, prior {:.0} s)",
+                    out.display(),
+                    log.seconds.iter().sum::<f64>(),
+                    log.seconds[0],
+                    log.seconds[1],
+                    log.seconds[2]
+                );
+                println!(
+                    "final losses: decoder {:.4}, CLIP {:.4} (validation accuracy {:.1}%), prior {:.4}; log in {}",
+                    last(&log.decoder_loss),
+                    last(&log.clip_loss),
+                    100.0 * log.clip_accuracy.last().map_or(f32::NAN, |a| a.1),
+                    last(&log.prior_loss),
+                    out.join(LOG_FILE).display()
+                );
+            }
             Ok(ExitCode::from(EXIT_OK))
         }
         Command::Info { clip, model } => {

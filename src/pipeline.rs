@@ -78,12 +78,13 @@ impl Models {
         &self,
         prompt: &str,
         steps: usize,
-        guidance: f64,
+        guidance: Option<f64>,
         rng: &mut Rng,
         device: &Device,
     ) -> Result<Tensor> {
         let embeds = self.text_embeds(prompt, device)?;
-        Ok(self.shap_e.sample(&embeds, steps, guidance as f32, rng)?)
+        let guidance = guidance.map_or(self.shap_e.sampling.guidance_scale, |g| g as f32);
+        Ok(self.shap_e.sample(&embeds, steps, guidance, rng)?)
     }
 }
 
@@ -197,8 +198,8 @@ pub struct RunSettings {
     pub seed: u64,
     /// Prior sampling steps.
     pub prior_steps: usize,
-    /// Prior guidance scale.
-    pub guidance_scale: f64,
+    /// Prior guidance scale; `None`: the model's recommendation ([`crate::shap_e::SamplingDefaults`]).
+    pub guidance_scale: Option<f64>,
     /// Optimization settings.
     #[serde(skip)]
     pub guide: GuideSettings,
@@ -359,7 +360,7 @@ pub fn generate(
         prompt: prompt.to_string(),
         models: models.sources.clone(),
         settings: serde_json::json!({
-            "seed": s.seed, "prior_steps": s.prior_steps, "guidance_scale": s.guidance_scale,
+            "seed": s.seed, "prior_steps": s.prior_steps, "guidance_scale": s.guidance_scale.unwrap_or(models.shap_e.sampling.guidance_scale as f64),
             "steps": s.guide.steps, "lr": s.guide.lr, "views": s.guide.views, "resolution": s.guide.resolution,
             "samples": [s.guide.samples.0, s.guide.samples.1], "chunk_rays": s.guide.chunk_rays,
             "clip_policy": s.guide.clip_policy.to_string(), "grid": s.grid,
@@ -398,6 +399,7 @@ mod tests {
             d_hidden: 8,
             d_latent: 16,
             prior_layers: 1,
+            prior_width: None,
             text_width: 16,
         };
         write_random_shap_e(dir.path(), sizes, 5)?;
@@ -429,6 +431,7 @@ mod tests {
             d_hidden: 8,
             d_latent: 16,
             prior_layers: 1,
+            prior_width: None,
             text_width: 16,
         };
         write_random_shap_e(&dir.path().join("shap_e"), sizes, 1)?;
@@ -448,7 +451,7 @@ mod tests {
         let s = RunSettings {
             seed: 3,
             prior_steps: 2,
-            guidance_scale: 3.0,
+            guidance_scale: Some(3.0),
             guide,
             grid: 20,
             preview_size: 8,

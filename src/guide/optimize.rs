@@ -46,7 +46,7 @@ impl Default for GuideSettings {
     fn default() -> Self {
         Self {
             steps: 30,
-            lr: 0.03,
+            lr: 0.01,
             views: 2,
             resolution: 32,
             samples: (32, 32),

@@ -7,7 +7,9 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Result, Tensor};
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use serde_json::json;
 
@@ -45,7 +47,7 @@ pub fn random_tensors<T>(
     seed: u64,
     dev: &Device,
     build: impl FnOnce(VarBuilder) -> Result<T>,
-) -> Result<std::collections::HashMap<String, Tensor>> {
+) -> Result<HashMap<String, Tensor>> {
     let map = VarMap::new();
     build(VarBuilder::from_varmap(&map, DType::F32, dev))?;
     let data = map
@@ -59,6 +61,54 @@ pub fn random_tensors<T>(
         .into_iter()
         .map(|n| Ok((n.clone(), init(n, data[n].dims(), &mut rng, dev)?)))
         .collect()
+}
+
+/// A [`VarMap`] holding every parameter `build` asks for as a trainable [`Var`], initialised as
+/// [`random_tensors`] does; build the model on it with `VarBuilder::from_varmap`.
+pub fn random_varmap<T>(
+    seed: u64,
+    dev: &Device,
+    build: impl FnOnce(VarBuilder) -> Result<T>,
+) -> Result<VarMap> {
+    let varmap = VarMap::new();
+    let init = random_tensors(seed, dev, build)?;
+    {
+        let mut data = varmap
+            .data()
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("variable map lock poisoned (bug)".into()))?;
+        for (name, t) in init {
+            data.insert(name, Var::from_tensor(&t)?);
+        }
+    }
+    Ok(varmap)
+}
+
+/// The current values of a [`VarMap`]'s variables by name (contiguous f32 on the CPU, no graph).
+pub fn varmap_tensors(varmap: &VarMap) -> Result<HashMap<String, Tensor>> {
+    let data = varmap
+        .data()
+        .lock()
+        .map_err(|_| candle_core::Error::Msg("variable map lock poisoned (bug)".into()))?;
+    data.iter()
+        .map(|(k, v)| {
+            let t = v
+                .as_tensor()
+                .detach()
+                .to_dtype(DType::F32)?
+                .to_device(&Device::Cpu)?
+                .contiguous()?;
+            Ok((k.clone(), t))
+        })
+        .collect()
+}
+
+/// Saves `tensors` to `path` as safetensors, atomically (temp file + rename).
+pub fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let mut named: Vec<(&String, &Tensor)> = tensors.iter().collect();
+    named.sort_by(|a, b| a.0.cmp(b.0));
+    let bytes = safetensors::serialize(named, None).map_err(candle_core::Error::from)?;
+    write_atomic(path, &bytes).map_err(io)
 }
 
 /// A model with random *frozen* weights (plain tensors, as loaded from a file), for benchmarks.
@@ -78,8 +128,7 @@ pub fn save_random<T>(
     seed: u64,
     build: impl FnOnce(VarBuilder) -> Result<T>,
 ) -> Result<()> {
-    let tensors = random_tensors(seed, &Device::Cpu, build)?;
-    candle_core::safetensors::save(&tensors, path)
+    save_tensors(&random_tensors(seed, &Device::Cpu, build)?, path)
 }
 
 /// The JSON of a small CLIP (text + vision) over the toy tokenizer's vocabulary.
@@ -131,6 +180,8 @@ pub struct ShapESizes {
     pub d_latent: usize,
     /// Prior transformer layers.
     pub prior_layers: usize,
+    /// Prior transformer width (4 attention heads); `None`: `d_latent` with 2 heads.
+    pub prior_width: Option<usize>,
     /// Width of the prior's text tower and its projection.
     pub text_width: usize,
 }
@@ -154,8 +205,13 @@ pub fn write_random_shap_e(root: &Path, sizes: ShapESizes, seed: u64) -> Result<
         d_hidden,
         d_latent,
         prior_layers,
+        prior_width,
         text_width,
     } = sizes;
+    let (heads, head_dim) = match prior_width {
+        Some(w) => (4, w / 4),
+        None => (2, d_latent / 2),
+    };
     let rows = 4 * d_hidden;
     let text = json_file(
         &root.join("text_encoder"),
@@ -184,7 +240,7 @@ pub fn write_random_shap_e(root: &Path, sizes: ShapESizes, seed: u64) -> Result<
         &root.join("prior"),
         "config.json",
         &json!({
-            "_class_name": "PriorTransformer", "num_attention_heads": 2, "attention_head_dim": d_latent / 2,
+            "_class_name": "PriorTransformer", "num_attention_heads": heads, "attention_head_dim": head_dim,
             "num_layers": prior_layers, "embedding_dim": d_latent, "num_embeddings": rows,
             "additional_embeddings": 0, "dropout": 0.0, "time_embed_act_fn": "gelu",
             "norm_in_type": "layer", "embedding_proj_norm_type": null, "encoder_hid_proj_type": null,
@@ -231,33 +287,8 @@ pub fn write_random_shap_e(root: &Path, sizes: ShapESizes, seed: u64) -> Result<
     )
 }
 
-/// The sizes of the embedded default (`assets/toy`).
-pub const TOY_SHAP_E: ShapESizes = ShapESizes {
-    d_hidden: 16,
-    d_latent: 32,
-    prior_layers: 2,
-    text_width: 32,
-};
-
-/// Writes the *untrained* embedded default (`shap_e/`, `clip/`, `MANIFEST.json`) under `root`:
-/// random weights from `seed`, until the toy world is trained (issue 7).
-pub fn write_untrained_toy(root: &Path, seed: u64) -> Result<()> {
-    write_random_shap_e(&root.join("shap_e"), TOY_SHAP_E, seed)?;
-    write_random_clip(
-        &root.join("clip"),
-        &toy_clip_config(32, 2, 32, 8),
-        seed + 10,
-    )?;
-    let manifest = json!({
-        "trained": false,
-        "note": "random weights (transformers-style init) from our seeded generator; the pipeline runs end to end, the shapes are meaningless until the toy world is trained",
-        "seed": seed,
-        "files": checksums(root)?,
-    });
-    json_file(root, "MANIFEST.json", &manifest).map(|_| ())
-}
-
-/// FNV-1a 64-bit checksums of every file under `root` except the manifest, by relative path.
+/// FNV-1a 64-bit checksums of every file under `root` except the manifest and the training log
+/// (it holds timings), by relative path.
 pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, String>> {
     let mut out = std::collections::BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
@@ -266,7 +297,10 @@ pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, Strin
             let path = entry.map_err(io)?.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.file_name().is_some_and(|n| n != "MANIFEST.json") {
+            } else if path
+                .file_name()
+                .is_some_and(|n| n != "MANIFEST.json" && n != crate::toy::train::LOG_FILE)
+            {
                 let bytes = std::fs::read(&path).map_err(io)?;
                 let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
                     (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
@@ -289,46 +323,6 @@ mod tests {
     use super::*;
     use crate::autodiff::checkpoint::Policy;
     use crate::clip::ClipScorer;
-
-    /// `cargo test -- --ignored regenerate_untrained_toy_assets` rewrites `assets/toy`.
-    #[test]
-    #[ignore = "rewrites assets/toy"]
-    fn regenerate_untrained_toy_assets() -> Result<()> {
-        write_untrained_toy(
-            &Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("assets")
-                .join("toy"),
-            0,
-        )
-    }
-
-    /// The committed embedded default matches its manifest and is exactly what the generator
-    /// writes for its seed.
-    #[test]
-    fn toy_assets_match_manifest_and_generator() -> Result<()> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("assets")
-            .join("toy");
-        let manifest: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(root.join("MANIFEST.json")).map_err(io)?)
-                .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-        let listed: std::collections::BTreeMap<String, String> =
-            serde_json::from_value(manifest["files"].clone())
-                .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-        assert_eq!(
-            listed,
-            checksums(&root)?,
-            "assets/toy differs from its manifest"
-        );
-        let fresh = tempfile::tempdir().map_err(io)?;
-        write_untrained_toy(fresh.path(), manifest["seed"].as_u64().unwrap_or(0))?;
-        assert_eq!(
-            checksums(fresh.path())?,
-            listed,
-            "the generator no longer reproduces assets/toy"
-        );
-        Ok(())
-    }
 
     /// The written folder loads through the ordinary loader, tokenizes toy captions, and scores.
     #[test]

@@ -20,7 +20,7 @@ pub use config::{PriorConfig, RendererConfig, SchedulerConfig};
 pub use decoder::{load_prior, Decoder};
 pub use error::LoadError;
 pub use latent::{load_latent, save_latent};
-pub use model::ShapE;
+pub use model::{SamplingDefaults, ShapE, SAMPLING_FILE};
 pub use prior::PriorTransformer;
 pub use sampler::{condition, sample_latents, sample_latents_from, unconditional};
 pub use scheduler::HeunDiscreteScheduler;

@@ -16,6 +16,25 @@ use crate::autodiff::rng::Rng;
 /// Decoder folders tried, in order.
 pub const DECODER_DIRS: [&str; 2] = ["shap_e_renderer", "renderer"];
 
+/// The file of a pipeline folder that recommends sampling settings (optional).
+pub const SAMPLING_FILE: &str = "sampling.json";
+
+/// Sampling settings a pipeline recommends (`sampling.json`; Shap-E's published values when the
+/// file is absent, as in the hub checkpoints).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct SamplingDefaults {
+    /// Classifier-free guidance scale.
+    pub guidance_scale: f32,
+}
+
+impl Default for SamplingDefaults {
+    fn default() -> Self {
+        Self {
+            guidance_scale: super::sampler::DEFAULT_GUIDANCE_SCALE,
+        }
+    }
+}
+
 /// Prior, scheduler config and decoder of one Shap-E checkpoint.
 #[derive(Debug, Clone)]
 pub struct ShapE {
@@ -25,6 +44,8 @@ pub struct ShapE {
     pub scheduler: SchedulerConfig,
     /// The latent decoder.
     pub decoder: Decoder,
+    /// Recommended sampling settings.
+    pub sampling: SamplingDefaults,
 }
 
 impl ShapE {
@@ -42,6 +63,19 @@ impl ShapE {
         } else {
             SchedulerConfig::shap_e()
         };
+        let sampling_path = root.join(SAMPLING_FILE);
+        let sampling = if sampling_path.is_file() {
+            let text = std::fs::read_to_string(&sampling_path).map_err(|source| LoadError::Io {
+                path: sampling_path.clone(),
+                source,
+            })?;
+            serde_json::from_str(&text).map_err(|source| LoadError::Config {
+                path: sampling_path.clone(),
+                source,
+            })?
+        } else {
+            SamplingDefaults::default()
+        };
         let mut last_err = None;
         for d in DECODER_DIRS {
             let dir = root.join(d);
@@ -51,6 +85,7 @@ impl ShapE {
                         prior,
                         scheduler,
                         decoder: Decoder::load(&dir, dtype, device)?.model,
+                        sampling,
                     })
                 }
                 Err(e) => last_err = Some(e),

@@ -20,7 +20,63 @@ const POS_OCTAVES: usize = 15;
 
 /// NeRF position encoding of `x (…, 3)` → `(…, 93)`: `[x, sin(xb), sin(xb + π/2)]` with
 /// `xb[k·3 + j] = 2^k·x_j` (scale-major), computed as diffusers does.
+///
+/// It runs on every MLP query and its ~90 `sin`s per point dominate CPU profiles, so a
+/// f32 CPU input without a gradient graph takes [`posenc_f32`]: one pass, parallel
+/// over points, no intermediate tensors, bitwise equal to the tensor-op formulation
+/// ([`posenc_ops`]), which remains the path for other dtypes, devices and tracked inputs.
 pub fn posenc(x: &Tensor) -> Result<Tensor> {
+    let c = x.dim(D::Minus1)?;
+    if c != 3 {
+        candle_core::bail!("posenc takes points (…, 3), got {:?}", x.shape());
+    }
+    if x.dtype() != DType::F32 || !x.device().is_cpu() || x.track_op() {
+        return posenc_ops(x);
+    }
+    let xs = x.flatten_all()?.to_vec1::<f32>()?;
+    let mut shape = x.dims().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = POSENC_DIM;
+    }
+    Tensor::from_vec(posenc_f32(&xs), shape, x.device())
+}
+
+/// Points per rayon task of [`posenc_f32`] (~380 KB of output each).
+const POSENC_CHUNK: usize = 1024;
+const _: () = assert!(POSENC_DIM == 3 + 2 * 3 * POS_OCTAVES);
+
+/// [`posenc`] of flat `(n·3)` f32 points → flat `(n·93)`, with exactly the f32 arithmetic of
+/// [`posenc_ops`]: `xb = x_j·2^k` (exact), the cosine channel is `sin` of the f32 sum
+/// `xb + (π/2 as f32)` (candle's scalar add is `affine(1, π/2)`, which converts the f64 scalar
+/// with `as f32` and computes `v·1 + add`, `·1` being exact), and candle's CPU `sin` of f32 is
+/// `f32::sin` (no MKL/Accelerate feature here).
+fn posenc_f32(xs: &[f32]) -> Vec<f32> {
+    use rayon::prelude::*;
+    const HALF: usize = 3 * POS_OCTAVES;
+    let half_pi = std::f64::consts::FRAC_PI_2 as f32;
+    let mut out = vec![0f32; xs.len() / 3 * POSENC_DIM];
+    out.par_chunks_mut(POSENC_CHUNK * POSENC_DIM)
+        .zip(xs.par_chunks(POSENC_CHUNK * 3))
+        .for_each(|(out, xs)| {
+            for (o, p) in out.chunks_exact_mut(POSENC_DIM).zip(xs.chunks_exact(3)) {
+                let (head, emb) = o.split_at_mut(3);
+                head.copy_from_slice(p);
+                let (sin, cos) = emb.split_at_mut(HALF);
+                for k in 0..POS_OCTAVES {
+                    let scale = (1u32 << k) as f32;
+                    for j in 0..3 {
+                        let xb = p[j] * scale;
+                        sin[k * 3 + j] = xb.sin();
+                        cos[k * 3 + j] = (xb + half_pi).sin();
+                    }
+                }
+            }
+        });
+    out
+}
+
+/// [`posenc`] with candle tensor ops (any dtype/device, differentiable).
+fn posenc_ops(x: &Tensor) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let lead = &dims[..dims.len() - 1];
     let scales: Vec<f32> = (0..POS_OCTAVES).map(|k| (1u32 << k) as f32).collect();
@@ -105,12 +161,9 @@ impl NerstfMlp {
                 let weight = if k < n_projected {
                     None
                 } else {
-                    let w = l.get((out, inp), "weight")?;
-                    Some(if cfg.insert_direction_at == Some(k) {
-                        w.narrow(1, 0, inp - DIRENC_DIM)?.contiguous()?
-                    } else {
-                        w
-                    })
+                    // Kept whole: a slice copied here would go stale when the weight is a
+                    // trained `Var` (toy training updates the variable, not the copy).
+                    Some(l.get((out, inp), "weight")?)
                 };
                 Ok(MlpLayer {
                     weight,
@@ -146,6 +199,11 @@ impl NerstfMlp {
         let last = self.mlp.len() - 1;
         for (k, layer) in self.mlp.iter().enumerate() {
             h = match &layer.weight {
+                Some(w) if self.insert_direction_at == Some(k) => {
+                    let inp = w.dim(1)?;
+                    let w = w.narrow(1, 0, inp - DIRENC_DIM)?.contiguous()?;
+                    ops::linear(&h, &w, Some(&layer.bias))?
+                }
                 Some(w) => ops::linear(&h, w, Some(&layer.bias))?,
                 None => {
                     let mut w = weights[k].clone();
@@ -165,5 +223,81 @@ impl NerstfMlp {
             }
         }
         Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autodiff::rng::Rng;
+    use candle_core::Device;
+
+    fn bits(t: &Tensor) -> Vec<u32> {
+        let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn posenc_fast_path_is_bitwise_equal_to_tensor_ops() {
+        let dev = Device::Cpu;
+        let mut rng = Rng::new(7);
+        let n = 2 * 2500;
+        let mut v: Vec<f32> = (0..n * 3).map(|_| rng.range(-1.0, 1.0)).collect();
+        // Edge values: the extremes of the box, signed zeros, tiny and just-below-one values.
+        let edges = [
+            1.0,
+            -1.0,
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-7,
+            0.999_999_9,
+            -0.999_999_9,
+            0.5,
+        ];
+        v[..edges.len()].copy_from_slice(&edges);
+        let x = Tensor::from_vec(v, (2, 2500, 3), &dev).unwrap();
+        let fast = posenc(&x).unwrap();
+        assert_eq!(fast.dims(), &[2, 2500, POSENC_DIM]);
+        assert_eq!(bits(&fast), bits(&posenc_ops(&x).unwrap()));
+        // A non-contiguous input (transposed leading dims) gives the same values.
+        let xt = x.transpose(0, 1).unwrap();
+        assert_eq!(bits(&posenc(&xt).unwrap()), bits(&posenc_ops(&xt).unwrap()));
+        // Larger coordinates (well outside the [-1, 1] box) too.
+        let big = (&x * 37.5).unwrap();
+        assert_eq!(
+            bits(&posenc(&big).unwrap()),
+            bits(&posenc_ops(&big).unwrap())
+        );
+    }
+
+    #[test]
+    fn posenc_rejects_non_points() {
+        let x = Tensor::zeros((4, 2), DType::F32, &Device::Cpu).unwrap();
+        assert!(posenc(&x).is_err());
+    }
+
+    /// `cargo test --release --lib posenc_timing -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn posenc_timing() {
+        let dev = Device::Cpu;
+        let mut rng = Rng::new(1);
+        let x = rng.uniform_tensor(&[1, 131_072, 3], &dev).unwrap();
+        let time = |f: &dyn Fn() -> Tensor| {
+            f();
+            let reps = 10;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                std::hint::black_box(f());
+            }
+            t.elapsed().as_secs_f64() * 1e3 / reps as f64
+        };
+        let old = time(&|| posenc_ops(&x).unwrap());
+        let new = time(&|| posenc(&x).unwrap());
+        println!(
+            "posenc (1, 131072, 3) f32: tensor ops {old:.1} ms, fast path {new:.1} ms ({} rayon threads)",
+            rayon::current_num_threads()
+        );
     }
 }

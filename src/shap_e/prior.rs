@@ -229,8 +229,23 @@ impl PriorTransformer {
         proj_embedding: &Tensor,
         policy: &Policy,
     ) -> Result<Tensor> {
+        let n = x.dim(0)?;
+        self.forward_at(x, &vec![timestep; n], proj_embedding, policy)
+    }
+
+    /// [`Self::forward_with_policy`] with one timestep per batch item (training draws them).
+    pub fn forward_at(
+        &self,
+        x: &Tensor,
+        timesteps: &[f32],
+        proj_embedding: &Tensor,
+        policy: &Policy,
+    ) -> Result<Tensor> {
         let cfg = &self.cfg;
         let (n, rows, width) = x.dims3()?;
+        if timesteps.len() != n {
+            candle_core::bail!("{} timesteps for a batch of {n}", timesteps.len());
+        }
         if rows != cfg.num_embeddings || width != cfg.embedding_dim {
             candle_core::bail!(
                 "prior input {:?} does not match the config ({} tokens × {})",
@@ -240,7 +255,7 @@ impl PriorTransformer {
             );
         }
         let d = cfg.inner_dim();
-        let feats = timestep_features(&vec![timestep; n], d, x.dtype(), x.device())?;
+        let feats = timestep_features(timesteps, d, x.dtype(), x.device())?;
         let te = &self.time_embedding;
         let temb = te
             .linear_2

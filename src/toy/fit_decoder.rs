@@ -1,6 +1,7 @@
 //! Fitting the toy decoder by auto-decoding: one latent per world object and the decoder's
 //! weights (params projection + NeRSTF MLP) are optimized together so that the decoded fields
-//! reproduce the objects' signed distance, density and colour. Latents stay in [−1, 1].
+//! reproduce the objects' signed distance, density and colour. Latent rows keep a fixed RMS
+//! ([`normalize_rows`]), so latents stay in [−1, 1] at the scale diffusion expects.
 //!
 //! Targets at a point `p` of object `o` (Shap-E conventions, positive inside):
 //! `sdf = tanh(k·sdf_o(p))` (channel 0 through `tanh`), STF and NeRF colour = the object's sRGB
@@ -13,7 +14,7 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use super::world::WorldObject;
 use crate::autodiff::rng::Rng;
 use crate::mesh::colour::linear_to_srgb;
-use crate::models::random::random_tensors;
+use crate::models::random::random_varmap;
 use crate::shap_e::nerstf::{self, Level};
 use crate::shap_e::{Decoder, RendererConfig};
 
@@ -30,6 +31,8 @@ pub struct FitSettings {
     pub sharpness: f32,
     /// Density of a solid interior, `D`.
     pub density: f32,
+    /// Root-mean-square of every latent row, restored after each step ([`normalize_rows`]).
+    pub latent_rms: f64,
     /// Seed of the initial weights, latents and points.
     pub seed: u64,
 }
@@ -42,6 +45,7 @@ impl Default for FitSettings {
             lr: 3e-3,
             sharpness: 8.0,
             density: 20.0,
+            latent_rms: 0.4,
             seed: 0,
         }
     }
@@ -65,23 +69,15 @@ pub fn fit_decoder(
     objects: &[WorldObject],
     s: &FitSettings,
     dev: &Device,
+    mut on_step: impl FnMut(usize, f32),
 ) -> Result<DecoderFit> {
-    let varmap = VarMap::new();
-    {
-        let init = random_tensors(s.seed, dev, |vb| Decoder::new(vb, cfg))?;
-        let mut data = varmap
-            .data()
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("variable map lock poisoned (bug)".into()))?;
-        for (name, t) in init {
-            data.insert(name, Var::from_tensor(&t)?);
-        }
-    }
+    let varmap = random_varmap(s.seed, dev, |vb| Decoder::new(vb, cfg))?;
     let decoder = Decoder::new(VarBuilder::from_varmap(&varmap, DType::F32, dev), cfg)?;
     let mut rng = Rng::new(s.seed ^ 0x5eed);
     let n = objects.len();
     let rows = cfg.latent_rows();
-    let latents = Var::from_tensor(&(rng.normal_tensor(&[n, rows, cfg.d_latent], dev)? * 0.1)?)?;
+    let init = rng.normal_tensor(&[n, rows, cfg.d_latent], dev)?;
+    let latents = Var::from_tensor(&normalize_rows(&init, s.latent_rms)?)?;
     let mut params = varmap.all_vars();
     params.push(latents.clone());
     let mut opt = AdamW::new(
@@ -93,7 +89,7 @@ pub fn fit_decoder(
         },
     )?;
     let mut losses = Vec::with_capacity(s.steps);
-    for _ in 0..s.steps {
+    for step in 0..s.steps {
         let (points, sdf_t, occ_t, rgb_t) = draw_targets(objects, s, &mut rng, dev)?;
         let weights = decoder.mlp_weights(latents.as_tensor())?;
         let raw = decoder.query(&weights, &points)?;
@@ -104,9 +100,11 @@ pub fn fit_decoder(
         let mse = |a: &Tensor, b: &Tensor| -> Result<Tensor> { (a - b)?.sqr()?.mean_all() };
         let loss = (((mse(&sdf, &sdf_t)? + mse(&occ, &occ_t)?)? + mse(&stf, &rgb_t)?)?
             + mse(&nerf, &rgb_t)?)?;
-        losses.push(loss.to_scalar::<f32>()?);
+        let l = loss.to_scalar::<f32>()?;
+        losses.push(l);
         opt.backward_step(&loss)?;
-        latents.set(&latents.as_tensor().clamp(-1f32, 1f32)?)?;
+        on_step(step, l);
+        latents.set(&normalize_rows(latents.as_tensor(), s.latent_rms)?)?;
     }
     Ok(DecoderFit {
         varmap,
@@ -114,6 +112,20 @@ pub fn fit_decoder(
         latents,
         losses,
     })
+}
+
+/// Rescales every latent row of `latents (…, rows, d)` to root-mean-square `rms` (then clamps to
+/// [−1, 1]). The decoder hardly sees this (each row is projected without bias and then
+/// layer-normalised, so a row's scale cancels up to the norm's ε), but diffusion does: the prior's
+/// noise schedule assumes latents of order one, and rows of RMS 0.1 would drown at almost every
+/// timestep, so the fit keeps the rows at a fixed, sizeable RMS.
+pub fn normalize_rows(latents: &Tensor, rms: f64) -> Result<Tensor> {
+    let norm = latents
+        .sqr()?
+        .mean_keepdim(candle_core::D::Minus1)?
+        .sqrt()?
+        .clamp(1e-12f32, f32::MAX)?;
+    (latents.broadcast_div(&norm)? * rms)?.clamp(-1f32, 1f32)
 }
 
 /// Points `(objects, points, 3)` uniform in [−1, 1]³ and their targets: sdf `(o, p)`, occupancy
@@ -163,7 +175,7 @@ mod tests {
     #[test]
     #[ignore = "minutes; prints accuracy"]
     fn fit_all_objects_and_classify() -> Result<()> {
-        use crate::models::random::TOY_SHAP_E;
+        use crate::toy::train::TOY_SIZES as TOY_SHAP_E;
         use crate::toy::{classify, world::combinations};
         let (h, d) = (TOY_SHAP_E.d_hidden, TOY_SHAP_E.d_latent);
         let cfg: RendererConfig = serde_json::from_str(&format!(
@@ -185,7 +197,7 @@ mod tests {
             ..FitSettings::default()
         };
         let t = std::time::Instant::now();
-        let fit = fit_decoder(&cfg, &objects, &s, &Device::Cpu)?;
+        let fit = fit_decoder(&cfg, &objects, &s, &Device::Cpu, |_, _| {})?;
         println!(
             "fit: {steps} steps in {:.1} s, loss {:.4} -> {:.4}",
             t.elapsed().as_secs_f64(),
@@ -243,7 +255,7 @@ mod tests {
             lr: 1e-2,
             ..FitSettings::default()
         };
-        let fit = fit_decoder(&cfg, &objects, &s, &Device::Cpu)?;
+        let fit = fit_decoder(&cfg, &objects, &s, &Device::Cpu, |_, _| {})?;
         let first: f32 = fit.losses[..5].iter().sum::<f32>() / 5.0;
         let last: f32 = fit.losses[fit.losses.len() - 5..].iter().sum::<f32>() / 5.0;
         assert!(last < 0.7 * first, "loss {first} → {last}");
@@ -254,6 +266,21 @@ mod tests {
             .max_all()?
             .to_scalar::<f32>()?;
         assert!(max <= 1.0);
+        // The trained instance and one rebuilt from the saved values agree (no stale copies).
+        let rebuilt = Decoder::new(
+            VarBuilder::from_tensors(
+                crate::models::random::varmap_tensors(&fit.varmap)?,
+                DType::F32,
+                &Device::Cpu,
+            ),
+            &cfg,
+        )?;
+        let z = fit.latents.as_tensor().detach();
+        let pts = Rng::new(9).uniform_tensor(&[2, 64, 3], &Device::Cpu)?;
+        let a = fit.decoder.query(&fit.decoder.mlp_weights(&z)?, &pts)?;
+        let b = rebuilt.query(&rebuilt.mlp_weights(&z)?, &pts)?;
+        let diff = (a - b)?.abs()?.max_all()?.to_scalar::<f32>()?;
+        assert!(diff < 1e-6, "rebuilt decoder differs by {diff}");
         Ok(())
     }
 }

@@ -7,13 +7,20 @@
 //! * [`tokenizer`]: [`toy_tokenizer_json`], a CLIP-style BPE `tokenizer.json` covering every caption word;
 //! * [`eval`]: [`classify`] a mesh by volumetric IoU against each shape and by mean colour;
 //! * [`report`]: [`EvalTable`], accuracies split into seen and held-out combinations;
-//! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding.
+//! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding;
+//! * [`render`]: decoder-like volume renders of analytic objects;
+//! * [`train_clip`], [`train_prior`]: contrastive CLIP and diffusion prior training;
+//! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`.
 
 pub mod caption;
 pub mod eval;
 pub mod fit_decoder;
+pub mod render;
 pub mod report;
 pub mod tokenizer;
+pub mod train;
+pub mod train_clip;
+pub mod train_prior;
 mod voxel;
 pub mod world;
 

@@ -1,0 +1,417 @@
+//! `clipsculpt train-toy`: the embedded default, reproduced from a seed. Three stages, each in its
+//! own module:
+//!
+//! 1. [`fit_decoder`](super::fit_decoder): decoder + one latent per shape × colour (auto-decoding);
+//! 2. [`train_clip`](super::train_clip): the toy CLIP, contrastively, on renders of every combination;
+//! 3. [`train_prior`](super::train_prior): the prior, by diffusion on the latents of the combinations
+//!    not in [`HELD_OUT`](super::HELD_OUT), conditioned on the trained CLIP's text embedding.
+//!
+//! The result is written in the loaders' layouts (`shap_e/` in diffusers' layout with the toy CLIP's
+//! text tower as its `text_encoder/`, `clip/` in transformers' layout), with `train_log.json`
+//! (settings, loss curves, accuracy, seconds per stage) and `MANIFEST.json` (settings and checksums).
+
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Result, Tensor};
+use candle_nn::VarBuilder;
+use serde_json::json;
+
+use super::caption::captions;
+use super::fit_decoder::{fit_decoder, FitSettings};
+use super::render::DensityModel;
+use super::train_clip::{train_clip, ClipTrainSettings};
+use super::train_prior::{train_prior, PriorTrainSettings};
+use super::world::{combinations, is_held_out, Colour, Shape, WorldObject};
+use crate::atomic::write_atomic;
+use crate::clip::{ClipConfig, ClipModel, ClipTokenizer};
+use crate::models::random::{
+    checksums, save_tensors, toy_clip_config, varmap_tensors, write_random_shap_e, ShapESizes,
+};
+use crate::shap_e::{
+    PriorConfig, RendererConfig, SamplingDefaults, SchedulerConfig, SAMPLING_FILE,
+};
+
+/// Sizes of the embedded default.
+pub const TOY_SIZES: ShapESizes = ShapESizes {
+    d_hidden: 16,
+    d_latent: 32,
+    prior_layers: 2,
+    prior_width: Some(128),
+    text_width: TOY_CLIP_WIDTH,
+};
+/// Width of the toy CLIP (both towers and the projection; 2 text layers, as the prior's text encoder).
+pub const TOY_CLIP_WIDTH: usize = 64;
+/// Layers of the toy CLIP's vision tower.
+pub const TOY_VISION_LAYERS: usize = 4;
+/// Input side of the toy CLIP's vision tower.
+pub const TOY_IMAGE_SIZE: usize = 32;
+/// Patch side of the toy CLIP's vision tower.
+pub const TOY_PATCH: usize = 4;
+
+/// The training log (not checksummed: it holds timings).
+pub const LOG_FILE: &str = "train_log.json";
+/// The fitted latents `(combos, rows, d_latent)`, in the order of the settings' `combos`.
+pub const LATENTS_FILE: &str = "latents.safetensors";
+
+/// Everything `train-toy` does, from one seed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ToyTrainSettings {
+    /// Root seed; every stage derives its own.
+    pub seed: u64,
+    /// The combinations to train on (all of them, or a subset for `--quick`).
+    pub combos: Vec<(Shape, Colour)>,
+    /// Decoder fit.
+    pub decoder: FitSettingsLog,
+    /// Contrastive CLIP training.
+    pub clip: ClipTrainSettings,
+    /// Prior diffusion training.
+    pub prior: PriorTrainSettings,
+    /// Recommended sampling settings written to `shap_e/sampling.json`.
+    pub sampling: SamplingDefaults,
+}
+
+/// [`FitSettings`] as recorded in the log.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FitSettingsLog {
+    /// Adam steps.
+    pub steps: usize,
+    /// Points per object and step.
+    pub points: usize,
+    /// Learning rate.
+    pub lr: f64,
+    /// SDF/occupancy sharpness.
+    pub sharpness: f32,
+    /// Interior density.
+    pub density: f32,
+}
+
+impl ToyTrainSettings {
+    /// The settings of the committed embedded default.
+    pub fn full(seed: u64) -> Self {
+        Self {
+            seed,
+            combos: combinations(),
+            decoder: FitSettingsLog {
+                steps: 1000,
+                points: 1024,
+                lr: 5e-3,
+                sharpness: 8.0,
+                density: 20.0,
+            },
+            clip: ClipTrainSettings {
+                steps: 4000,
+                lr: 2e-3,
+                views: 32,
+                val_views: 4,
+                render_size: TOY_IMAGE_SIZE,
+                samples: 64,
+                min_crop: 0.8,
+                seed: seed + 2,
+            },
+            prior: PriorTrainSettings {
+                steps: 2000,
+                lr: 1e-3,
+                repeats: 1,
+                cond_dropout: 0.1,
+                seed: seed + 3,
+            },
+            // The toy prior memorises its 30 latents; extrapolating beyond the conditional
+            // prediction (scale > 1) overshoots them.
+            sampling: SamplingDefaults {
+                guidance_scale: 1.0,
+            },
+        }
+    }
+
+    /// A few combinations (one of them held out) and a few steps of each stage: checks the
+    /// whole command in seconds.
+    pub fn quick(seed: u64) -> Self {
+        let mut s = Self::full(seed);
+        s.combos = vec![
+            (Shape::Sphere, Colour::Red),
+            (Shape::Cube, Colour::Green),
+            (Shape::Sphere, Colour::Green),
+            (Shape::Cube, Colour::Red),
+        ];
+        s.decoder.steps = 40;
+        s.decoder.points = 256;
+        s.clip.steps = 40;
+        s.clip.views = 3;
+        s.clip.val_views = 2;
+        s.clip.samples = 16;
+        s.prior.steps = 30;
+        s
+    }
+}
+
+/// What a training run measured (also written to [`LOG_FILE`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TrainLog {
+    /// The settings.
+    pub settings: ToyTrainSettings,
+    /// Decoder fit loss per step.
+    pub decoder_loss: Vec<f32>,
+    /// CLIP loss per step.
+    pub clip_loss: Vec<f32>,
+    /// `(step, accuracy)` of the CLIP on its validation views.
+    pub clip_accuracy: Vec<(usize, f32)>,
+    /// Prior loss per step.
+    pub prior_loss: Vec<f32>,
+    /// Seconds per stage: decoder, CLIP, prior.
+    pub seconds: [f64; 3],
+}
+
+/// Progress of a run.
+pub enum TrainProgress {
+    /// A stage starts, with its step count.
+    Stage(&'static str, usize),
+    /// A step finished with this loss.
+    Step(f32),
+}
+
+fn msg(e: impl std::fmt::Display) -> candle_core::Error {
+    candle_core::Error::Msg(e.to_string())
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(msg)?;
+    write_atomic(path, text.as_bytes()).map_err(msg)
+}
+
+/// Trains the toy world with `s` and writes it to `out` (created; existing model files replaced).
+pub fn train_toy(
+    out: &Path,
+    s: &ToyTrainSettings,
+    dev: &Device,
+    mut on_progress: impl FnMut(TrainProgress),
+) -> Result<TrainLog> {
+    let shap_e_dir = out.join("shap_e");
+    let clip_dir = out.join("clip");
+    // The layouts and configs, with random weights that the stages below replace.
+    write_random_shap_e(&shap_e_dir, TOY_SIZES, s.seed)?;
+    write_json(
+        &shap_e_dir.join(SAMPLING_FILE),
+        &serde_json::to_value(s.sampling).map_err(msg)?,
+    )?;
+    let mut clip_json = toy_clip_config(TOY_CLIP_WIDTH, 2, TOY_IMAGE_SIZE, TOY_PATCH);
+    clip_json["vision_config"]["num_hidden_layers"] = json!(TOY_VISION_LAYERS);
+    let clip_cfg: ClipConfig = serde_json::from_value(clip_json.clone()).map_err(msg)?;
+    std::fs::create_dir_all(&clip_dir).map_err(msg)?;
+    write_json(&clip_dir.join("config.json"), &clip_json)?;
+    write_atomic(
+        &clip_dir.join("tokenizer.json"),
+        super::toy_tokenizer_json().as_bytes(),
+    )
+    .map_err(msg)?;
+    let tokenizer = ClipTokenizer::from_dir(&clip_dir, 77).map_err(msg)?;
+    let read = |p: &Path| -> Result<String> { std::fs::read_to_string(p).map_err(msg) };
+    let renderer_cfg: RendererConfig = serde_json::from_str(&read(
+        &shap_e_dir.join("shap_e_renderer").join("config.json"),
+    )?)
+    .map_err(msg)?;
+    let prior_cfg: PriorConfig =
+        serde_json::from_str(&read(&shap_e_dir.join("prior").join("config.json"))?).map_err(msg)?;
+    let scheduler: SchedulerConfig = serde_json::from_str(&read(
+        &shap_e_dir.join("scheduler").join("scheduler_config.json"),
+    )?)
+    .map_err(msg)?;
+
+    // 1. Decoder and latents.
+    let t = Instant::now();
+    on_progress(TrainProgress::Stage("fitting the decoder", s.decoder.steps));
+    let objects: Vec<WorldObject> = s
+        .combos
+        .iter()
+        .map(|&(sh, c)| WorldObject::canonical(sh, c))
+        .collect();
+    let fit_settings = FitSettings {
+        steps: s.decoder.steps,
+        points: s.decoder.points,
+        lr: s.decoder.lr,
+        sharpness: s.decoder.sharpness,
+        density: s.decoder.density,
+        latent_rms: 0.4,
+        seed: s.seed + 1,
+    };
+    let fit = fit_decoder(&renderer_cfg, &objects, &fit_settings, dev, |_, l| {
+        on_progress(TrainProgress::Step(l))
+    })?;
+    save_tensors(
+        &varmap_tensors(&fit.varmap)?,
+        &shap_e_dir
+            .join("shap_e_renderer")
+            .join("diffusion_pytorch_model.safetensors"),
+    )?;
+    crate::shap_e::save_latent(&out.join(LATENTS_FILE), fit.latents.as_tensor()).map_err(msg)?;
+    let t_decoder = t.elapsed().as_secs_f64();
+
+    // 2. CLIP.
+    let t = Instant::now();
+    on_progress(TrainProgress::Stage("training the CLIP", s.clip.steps));
+    let density = DensityModel {
+        sharpness: s.decoder.sharpness,
+        density: s.decoder.density,
+    };
+    let clip = train_clip(
+        &clip_cfg,
+        &tokenizer,
+        &s.combos,
+        density,
+        &s.clip,
+        dev,
+        |_, l| on_progress(TrainProgress::Step(l)),
+    )?;
+    let clip_tensors = varmap_tensors(&clip.varmap)?;
+    save_tensors(&clip_tensors, &clip_dir.join("model.safetensors"))?;
+    let text_tensors = clip_tensors
+        .iter()
+        .filter(|(k, _)| k.starts_with("text_model.") || k.starts_with("text_projection."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    save_tensors(
+        &text_tensors,
+        &shap_e_dir.join("text_encoder").join("model.safetensors"),
+    )?;
+    let t_clip = t.elapsed().as_secs_f64();
+
+    // 3. Prior, on the combinations that are not held out.
+    let t = Instant::now();
+    on_progress(TrainProgress::Stage("training the prior", s.prior.steps));
+    let model = ClipModel::new(
+        VarBuilder::from_tensors(clip_tensors, DType::F32, dev),
+        &clip_cfg,
+    )?;
+    let mut latents = Vec::new();
+    let mut embeds = Vec::new();
+    for (i, &(sh, c)) in s.combos.iter().enumerate() {
+        if is_held_out(sh, c) {
+            continue;
+        }
+        latents.push(fit.latents.as_tensor().get(i)?.detach());
+        let texts = captions(sh, c);
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
+        embeds.push(model.text_features(&ids)?.detach());
+    }
+    if latents.is_empty() {
+        candle_core::bail!("every combination is held out: nothing to train the prior on");
+    }
+    let prior = train_prior(
+        &prior_cfg,
+        &scheduler,
+        &Tensor::stack(&latents, 0)?,
+        &embeds,
+        &s.prior,
+        dev,
+        |_, l| on_progress(TrainProgress::Step(l)),
+    )?;
+    save_tensors(
+        &varmap_tensors(&prior.varmap)?,
+        &shap_e_dir
+            .join("prior")
+            .join("diffusion_pytorch_model.safetensors"),
+    )?;
+    let t_prior = t.elapsed().as_secs_f64();
+
+    let log = TrainLog {
+        settings: s.clone(),
+        decoder_loss: fit.losses,
+        clip_loss: clip.losses,
+        clip_accuracy: clip.accuracy,
+        prior_loss: prior.losses,
+        seconds: [t_decoder, t_clip, t_prior],
+    };
+    write_json(
+        &out.join(LOG_FILE),
+        &serde_json::to_value(&log).map_err(msg)?,
+    )?;
+    let last = |v: &[f32]| v.last().copied();
+    let manifest = json!({
+        "trained": true,
+        "command": format!("clipsculpt train-toy --seed {}{}", s.seed, if s.combos.len() < combinations().len() { " --quick" } else { "" }),
+        "version": env!("CARGO_PKG_VERSION"),
+        "settings": s,
+        "final": {
+            "decoder_loss": last(&log.decoder_loss),
+            "clip_loss": last(&log.clip_loss),
+            "clip_accuracy": log.clip_accuracy.last().map(|a| a.1),
+            "prior_loss": last(&log.prior_loss),
+        },
+        "files": checksums(out)?,
+    });
+    write_json(&out.join("MANIFEST.json"), &manifest)?;
+    Ok(log)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Models;
+
+    fn mean(v: &[f32]) -> f32 {
+        v.iter().sum::<f32>() / v.len() as f32
+    }
+
+    /// `train-toy --quick` lowers every stage's loss, writes a manifest that matches its files,
+    /// and the folder loads through the ordinary loaders.
+    #[test]
+    fn quick_training_lowers_its_losses_and_loads() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(msg)?;
+        let s = ToyTrainSettings::quick(0);
+        let log = train_toy(dir.path(), &s, &Device::Cpu, |_| {})?;
+        for (name, curve) in [
+            ("decoder", &log.decoder_loss),
+            ("clip", &log.clip_loss),
+            ("prior", &log.prior_loss),
+        ] {
+            let k = curve.len() / 5;
+            let (first, last) = (mean(&curve[..k]), mean(&curve[curve.len() - k..]));
+            assert!(last < first, "{name} loss did not fall: {first} → {last}");
+        }
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("MANIFEST.json")).map_err(msg)?)
+                .map_err(msg)?;
+        let listed: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(manifest["files"].clone()).map_err(msg)?;
+        assert_eq!(listed, checksums(dir.path())?);
+        assert!(listed.contains_key("shap_e/prior/diffusion_pytorch_model.safetensors"));
+        let models = Models::load(
+            &dir.path().join("shap_e"),
+            &dir.path().join("clip"),
+            &Device::Cpu,
+        )
+        .map_err(msg)?;
+        let z = models
+            .sample(
+                "a red sphere",
+                4,
+                Some(3.0),
+                &mut crate::autodiff::rng::Rng::new(1),
+                &Device::Cpu,
+            )
+            .map_err(msg)?;
+        assert_eq!(z.dims(), &[1, 4 * TOY_SIZES.d_hidden, TOY_SIZES.d_latent]);
+        Ok(())
+    }
+
+    /// The committed embedded default is a trained one and matches its manifest's checksums.
+    #[test]
+    fn embedded_assets_match_their_manifest() -> Result<()> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("assets")
+            .join("toy");
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(root.join("MANIFEST.json")).map_err(msg)?)
+                .map_err(msg)?;
+        assert_eq!(manifest["trained"], serde_json::Value::Bool(true));
+        let listed: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(manifest["files"].clone()).map_err(msg)?;
+        assert_eq!(
+            listed,
+            checksums(&root)?,
+            "assets/toy differs from its manifest"
+        );
+        Ok(())
+    }
+}
