@@ -165,12 +165,7 @@ pub fn optimize(
     let z0 = latent0.detach();
     let z = Var::from_tensor(&z0).map_err(wrap(0))?;
     let text = text_embed.detach();
-    let schedule = LrSchedule {
-        lr: s.lr,
-        warmup: (s.steps / 10).max(1),
-        total: s.steps,
-        floor: 0.1,
-    };
+    let schedule = LrSchedule::warmup_cosine(s.lr, s.steps, 0.1);
     let params = ParamsAdamW {
         lr: s.lr,
         beta1: 0.9,

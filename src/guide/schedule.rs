@@ -14,6 +14,17 @@ pub struct LrSchedule {
 }
 
 impl LrSchedule {
+    /// Warm-up over the first tenth of `total` steps (at least one), then cosine decay to
+    /// `floor × lr`.
+    pub fn warmup_cosine(lr: f64, total: usize, floor: f64) -> Self {
+        Self {
+            lr,
+            warmup: (total / 10).max(1),
+            total,
+            floor,
+        }
+    }
+
     /// The rate at 0-based `step`.
     pub fn at(&self, step: usize) -> f64 {
         if step < self.warmup {

@@ -149,12 +149,7 @@ pub fn train_clip(
             ..Default::default()
         },
     )?;
-    let schedule = LrSchedule {
-        lr: s.lr,
-        warmup: (s.steps / 10).max(1),
-        total: s.steps,
-        floor: 0.05,
-    };
+    let schedule = LrSchedule::warmup_cosine(s.lr, s.steps, 0.05);
     let mut losses = Vec::with_capacity(s.steps);
     let mut accuracy = Vec::new();
     for step in 0..s.steps {

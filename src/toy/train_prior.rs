@@ -70,12 +70,7 @@ pub fn train_prior(
             ..Default::default()
         },
     )?;
-    let schedule = LrSchedule {
-        lr: s.lr,
-        warmup: (s.steps / 10).max(1),
-        total: s.steps,
-        floor: 0.05,
-    };
+    let schedule = LrSchedule::warmup_cosine(s.lr, s.steps, 0.05);
     let b = n * s.repeats;
     let x0 = Tensor::cat(&vec![latents.clone(); s.repeats], 0)?.detach();
     let mut losses = Vec::with_capacity(s.steps);
