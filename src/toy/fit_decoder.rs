@@ -19,7 +19,7 @@ use crate::shap_e::nerstf::{self, Level};
 use crate::shap_e::{Decoder, RendererConfig};
 
 /// Settings of the fit.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct FitSettings {
     /// Adam steps.
     pub steps: usize,

@@ -62,7 +62,7 @@ pub struct ToyTrainSettings {
     /// The combinations to train on (all of them, or a subset for `--quick`).
     pub combos: Vec<(Shape, Colour)>,
     /// Decoder fit.
-    pub decoder: FitSettingsLog,
+    pub decoder: FitSettings,
     /// Contrastive CLIP training.
     pub clip: ClipTrainSettings,
     /// Prior diffusion training.
@@ -71,33 +71,20 @@ pub struct ToyTrainSettings {
     pub sampling: SamplingDefaults,
 }
 
-/// [`FitSettings`] as recorded in the log.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct FitSettingsLog {
-    /// Adam steps.
-    pub steps: usize,
-    /// Points per object and step.
-    pub points: usize,
-    /// Learning rate.
-    pub lr: f64,
-    /// SDF/occupancy sharpness.
-    pub sharpness: f32,
-    /// Interior density.
-    pub density: f32,
-}
-
 impl ToyTrainSettings {
     /// The settings of the committed embedded default.
     pub fn full(seed: u64) -> Self {
         Self {
             seed,
             combos: combinations(),
-            decoder: FitSettingsLog {
+            decoder: FitSettings {
                 steps: 1000,
                 points: 1024,
                 lr: 5e-3,
                 sharpness: 8.0,
                 density: 20.0,
+                latent_rms: 0.4,
+                seed: seed + 1,
             },
             clip: ClipTrainSettings {
                 steps: 4000,
@@ -225,16 +212,7 @@ pub fn train_toy(
         .iter()
         .map(|&(sh, c)| WorldObject::canonical(sh, c))
         .collect();
-    let fit_settings = FitSettings {
-        steps: s.decoder.steps,
-        points: s.decoder.points,
-        lr: s.decoder.lr,
-        sharpness: s.decoder.sharpness,
-        density: s.decoder.density,
-        latent_rms: 0.4,
-        seed: s.seed + 1,
-    };
-    let fit = fit_decoder(&renderer_cfg, &objects, &fit_settings, dev, |_, l| {
+    let fit = fit_decoder(&renderer_cfg, &objects, &s.decoder, dev, |_, l| {
         on_progress(TrainProgress::Step(l))
     })?;
     save_tensors(
