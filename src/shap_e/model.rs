@@ -10,7 +10,7 @@ use super::decoder::{load_prior, Decoder};
 use super::error::LoadError;
 use super::load::find_weights;
 use super::prior::PriorTransformer;
-use super::sampler::sample_latents_from;
+use super::sampler::{initial_noise, sample_latents_from};
 use crate::autodiff::rng::Rng;
 
 /// Decoder folders tried, in order.
@@ -105,14 +105,7 @@ impl ShapE {
         guidance_scale: f32,
         rng: &mut Rng,
     ) -> Result<Tensor> {
-        let cfg = self.prior.config();
-        let b = text_embeds.dim(0)?;
-        let noise = rng
-            .normal_tensor(
-                &[b, cfg.num_embeddings * cfg.embedding_dim],
-                text_embeds.device(),
-            )?
-            .to_dtype(text_embeds.dtype())?;
+        let noise = initial_noise(&self.prior, text_embeds, rng)?;
         sample_latents_from(
             &self.prior,
             &self.scheduler,

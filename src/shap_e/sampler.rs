@@ -37,14 +37,7 @@ pub fn sample_latents(
     guidance_scale: f32,
     rng: &mut Rng,
 ) -> Result<Tensor> {
-    let cfg = prior.config();
-    let b = text_embeds.dim(0)?;
-    let noise = rng
-        .normal_tensor(
-            &[b, cfg.num_embeddings * cfg.embedding_dim],
-            text_embeds.device(),
-        )?
-        .to_dtype(text_embeds.dtype())?;
+    let noise = initial_noise(prior, text_embeds, rng)?;
     sample_latents_from(
         prior,
         &SchedulerConfig::shap_e(),
@@ -53,6 +46,21 @@ pub fn sample_latents(
         steps,
         guidance_scale,
     )
+}
+
+/// Standard-normal starting noise `(B, num_embeddings·embedding_dim)` for `text_embeds (B, dim)`,
+/// in their dtype and on their device.
+pub fn initial_noise(
+    prior: &PriorTransformer,
+    text_embeds: &Tensor,
+    rng: &mut Rng,
+) -> Result<Tensor> {
+    let cfg = prior.config();
+    rng.normal_tensor(
+        &[text_embeds.dim(0)?, cfg.num_embeddings * cfg.embedding_dim],
+        text_embeds.device(),
+    )?
+    .to_dtype(text_embeds.dtype())
 }
 
 /// [`sample_latents`] with an explicit scheduler config and injected standard-normal `noise`
