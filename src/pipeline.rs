@@ -73,6 +73,24 @@ impl Models {
         Ok(embeds)
     }
 
+    /// The prior sample of a run with settings `s` and root generator `rng` (its stream 1), so
+    /// `generate` and `eval` start from the same latent for the same prompt and seed.
+    pub fn run_sample(
+        &self,
+        prompt: &str,
+        s: &RunSettings,
+        rng: &Rng,
+        device: &Device,
+    ) -> Result<Tensor> {
+        self.sample(
+            prompt,
+            s.prior_steps,
+            s.guidance_scale,
+            &mut rng.fork(1),
+            device,
+        )
+    }
+
     /// A prior sample `(1, rows, d)` for `prompt`.
     pub fn sample(
         &self,
@@ -141,13 +159,7 @@ pub fn evaluate(
             on_item(prompt, seed);
             let rng = Rng::new(seed);
             let t = Instant::now();
-            let z0 = models.sample(
-                prompt,
-                s.prior_steps,
-                s.guidance_scale,
-                &mut rng.fork(1),
-                device,
-            )?;
+            let z0 = models.run_sample(prompt, s, &rng, device)?;
             let prior_secs = t.elapsed().as_secs_f64();
             let judge = |z: &Tensor| -> Result<
                 std::result::Result<crate::toy::Classification, crate::toy::EvalError>,
@@ -266,13 +278,7 @@ pub fn generate(
     let rng = Rng::new(s.seed);
     on_progress(Progress::Stage("sampling the prior", 0));
     let t0 = Instant::now();
-    let z0 = models.sample(
-        prompt,
-        s.prior_steps,
-        s.guidance_scale,
-        &mut rng.fork(1),
-        device,
-    )?;
+    let z0 = models.run_sample(prompt, s, &rng, device)?;
     let t_sample = t0.elapsed().as_secs_f64();
     let decoder = &models.shap_e.decoder;
     let text = models.scorer.embed_texts(&[prompt])?;
