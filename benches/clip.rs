@@ -13,7 +13,7 @@ use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::memory::{mib, CountingAlloc, PeakMeter};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::clip::{preprocess, ClipVisionConfig, ClipVisionModelWithProjection};
-use clipsculpt::models::random::random_frozen;
+use clipsculpt::toy::random::random_frozen;
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;

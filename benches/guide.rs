@@ -17,9 +17,9 @@ use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::clip::{
     preprocess, scorer::normalize, ClipVisionConfig, ClipVisionModelWithProjection,
 };
-use clipsculpt::models::random::random_frozen;
 use clipsculpt::render::{render_views_with, Camera, RayDraws, RenderSettings};
 use clipsculpt::shap_e::{Decoder, RendererConfig};
+use clipsculpt::toy::random::random_frozen;
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;

@@ -16,6 +16,15 @@ pub enum DeviceSpec {
     Cuda(usize),
 }
 
+/// An open device's name as on the command line (`cpu`, `cuda:0`; `metal:0`).
+pub fn device_name(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
+}
+
 impl FromStr for DeviceSpec {
     type Err = String;
 

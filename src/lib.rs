@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod render;
 pub mod shap_e;
 pub mod toy;
+pub mod weights;
 
 /// Unit tests count heap bytes, as the binary and the benches do.
 #[cfg(test)]

@@ -11,7 +11,7 @@ static ALLOC: clipsculpt::autodiff::memory::CountingAlloc =
 
 fn main() -> ExitCode {
     let args = clipsculpt::cli::Args::parse();
-    clipsculpt::cli::init_tracing(&args.log);
+    clipsculpt::cli::init_tracing(&args);
     match clipsculpt::cli::run(args) {
         Ok(code) => code,
         Err(err) => {

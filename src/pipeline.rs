@@ -15,10 +15,33 @@ use crate::autodiff::rng::Rng;
 use crate::clip::{
     load_text_with_projection, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
 };
+use crate::device::device_name;
 use crate::guide::{self, GuideSettings, GuideTrace};
 use crate::mesh::{self, ExportReport, Field, Format};
 use crate::render::{contact_sheet, RenderSettings};
 use crate::shap_e::{save_latent, Decoder, ShapE};
+
+/// The random streams of a run, forked from its root generator `Rng::new(seed)`: the same
+/// stream numbers give `generate`, `sample` and `eval` the same draws for the same seed.
+pub mod stream {
+    /// The prior's initial noise.
+    pub const PRIOR: u64 = 1;
+    /// Cameras of the before/after CLIP scores.
+    pub const SCORE: u64 = 2;
+    /// The guided optimization (cameras, backgrounds, crops).
+    pub const GUIDE: u64 = 3;
+    /// The before/after preview contact sheets.
+    pub const PREVIEW: u64 = 4;
+}
+
+/// Where a run's models came from (folders), for reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelSources {
+    /// The Shap-E pipeline folder.
+    pub shap_e: String,
+    /// The scoring-CLIP folder.
+    pub clip: String,
+}
 
 /// The models of a run, loaded once (a batch reuses them for every item).
 pub struct Models {
@@ -33,7 +56,7 @@ pub struct Models {
     /// An optional held-out CLIP that scores the result but never guides it.
     pub held_out: Option<ClipScorer>,
     /// Where they came from, for reports.
-    pub sources: [String; 2],
+    pub sources: ModelSources,
 }
 
 impl Models {
@@ -56,10 +79,10 @@ impl Models {
             tokenizer,
             scorer,
             held_out: None,
-            sources: [
-                shap_e_dir.display().to_string(),
-                clip_dir.display().to_string(),
-            ],
+            sources: ModelSources {
+                shap_e: shap_e_dir.display().to_string(),
+                clip: clip_dir.display().to_string(),
+            },
         })
     }
 
@@ -73,8 +96,9 @@ impl Models {
         Ok(embeds)
     }
 
-    /// The prior sample of a run with settings `s` and root generator `rng` (its stream 1), so
-    /// `generate` and `eval` start from the same latent for the same prompt and seed.
+    /// The prior sample of a run with settings `s` and root generator `rng` (its stream
+    /// [`stream::PRIOR`]), so `generate` and `eval` start from the same latent for the same
+    /// prompt and seed.
     pub fn run_sample(
         &self,
         prompt: &str,
@@ -86,7 +110,7 @@ impl Models {
             prompt,
             s.prior_steps,
             s.guidance_scale,
-            &mut rng.fork(1),
+            &mut rng.fork(stream::PRIOR),
             device,
         )
     }
@@ -141,69 +165,7 @@ pub fn extract_mesh(
     Ok(m)
 }
 
-/// Prior-only vs guided accuracy of the toy world: for every prompt and seed, classify the mesh
-/// of the prior sample and of the guided latent by shape IoU and mean colour (no CLIP involved).
-pub fn evaluate(
-    models: &Models,
-    prompts: &[String],
-    seeds: &[u64],
-    s: &RunSettings,
-    device: &Device,
-    mut on_item: impl FnMut(&str, u64),
-) -> Result<[crate::toy::EvalTable; 2]> {
-    use crate::toy::{classify, EvalTable};
-    let mut tables = [EvalTable::new(), EvalTable::new()];
-    for prompt in prompts {
-        let text = models.scorer.embed_texts(&[prompt.as_str()])?;
-        for &seed in seeds {
-            on_item(prompt, seed);
-            let rng = Rng::new(seed);
-            let t = Instant::now();
-            let z0 = models.run_sample(prompt, s, &rng, device)?;
-            let prior_secs = t.elapsed().as_secs_f64();
-            let judge = |z: &Tensor| -> Result<
-                std::result::Result<crate::toy::Classification, crate::toy::EvalError>,
-            > {
-                Ok(
-                    match extract_mesh(&models.shap_e.decoder, z, s.grid, device) {
-                        Ok(m) => classify(&m),
-                        Err(e) => {
-                            tracing::warn!("{prompt:?} seed {seed}: no mesh ({e:#})");
-                            Err(crate::toy::EvalError::Empty)
-                        }
-                    },
-                )
-            };
-            let before = judge(&z0)?;
-            let outcome =
-                |table: &mut EvalTable, c: &std::result::Result<_, _>, secs| -> Result<()> {
-                    table.push(prompt, c.as_ref(), secs).map_err(|e| {
-                        anyhow::anyhow!("prompt {prompt:?} is not a toy caption ({})", e.0)
-                    })
-                };
-            outcome(&mut tables[0], &before, prior_secs)?;
-            let t = Instant::now();
-            let (z, _) = guide::optimize(
-                &models.shap_e.decoder,
-                &models.scorer,
-                &text,
-                &z0,
-                &s.guide,
-                &mut rng.fork(3),
-                |_, _| {},
-            )?;
-            let after = judge(&z)?;
-            outcome(
-                &mut tables[1],
-                &after,
-                prior_secs + t.elapsed().as_secs_f64(),
-            )?;
-        }
-    }
-    Ok(tables)
-}
-
-/// Settings of one `generate` item.
+/// Settings of one `generate` item (written into `report.json`, the guidance settings flattened).
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSettings {
     /// Seed of every random draw.
@@ -213,15 +175,35 @@ pub struct RunSettings {
     /// Prior guidance scale; `None`: the model's recommendation ([`crate::shap_e::SamplingDefaults`]).
     pub guidance_scale: Option<f64>,
     /// Optimization settings.
-    #[serde(skip)]
+    #[serde(flatten)]
     pub guide: GuideSettings,
     /// Export grid.
     pub grid: usize,
     /// Side of each view in the before/after contact sheets (20 views each).
     pub preview_size: usize,
     /// Output formats.
-    #[serde(skip)]
     pub formats: Vec<Format>,
+}
+
+/// The settings a run used, as `report.json` records them.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReportSettings {
+    /// The run's settings, with the guidance scale resolved to the one used.
+    #[serde(flatten)]
+    pub run: RunSettings,
+    /// The device it ran on (`cpu`, `cuda:0`).
+    pub device: String,
+}
+
+/// Wall-clock seconds per stage.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StageSeconds {
+    /// Text conditioning and prior sampling.
+    pub sample: f64,
+    /// CLIP-guided optimization (with its before/after scores).
+    pub optimize: f64,
+    /// Mesh extraction and export.
+    pub export: f64,
 }
 
 /// What a run wrote to `report.json`.
@@ -231,10 +213,10 @@ pub struct Report {
     pub version: &'static str,
     /// The prompt.
     pub prompt: String,
-    /// Model folders (Shap-E, scoring CLIP).
-    pub models: [String; 2],
+    /// Model folders.
+    pub models: ModelSources,
     /// Seed, steps and other settings.
-    pub settings: serde_json::Value,
+    pub settings: ReportSettings,
     /// Per-step CLIP cosine and loss, skipped steps.
     pub trace: GuideTrace,
     /// Scoring-CLIP cosine of 4 fixed views before and after optimization.
@@ -243,15 +225,15 @@ pub struct Report {
     pub score_after: f32,
     /// The held-out CLIP's cosine before and after, when one was given.
     pub held_out_scores: Option<[f32; 2]>,
-    /// Seconds per stage: sample, optimize, export.
-    pub seconds: [f64; 3],
+    /// Seconds per stage.
+    pub seconds: StageSeconds,
     /// Peak heap bytes of the optimization (counting allocator; 0 when not installed).
     pub peak_optimize_bytes: usize,
     /// Memory in use when the export started, after optimization state was dropped (host heap;
     /// device free/total under CUDA).
     pub memory_before_export: String,
     /// Mesh statistics.
-    pub mesh: serde_json::Value,
+    pub mesh: mesh::MeshStats,
     /// Files written.
     pub files: Vec<PathBuf>,
 }
@@ -289,7 +271,7 @@ pub fn generate(
         &text,
         &z0,
         score_res,
-        &mut rng.fork(2),
+        &mut rng.fork(stream::SCORE),
     )?;
 
     on_progress(Progress::Stage("optimizing", s.guide.steps));
@@ -304,7 +286,7 @@ pub fn generate(
             &text,
             &z0,
             &s.guide,
-            &mut rng.fork(3),
+            &mut rng.fork(stream::GUIDE),
             |step, c| on_progress(Progress::Step(step, c)),
         )?
     };
@@ -316,15 +298,15 @@ pub fn generate(
         &text,
         &z,
         score_res,
-        &mut rng.fork(2),
+        &mut rng.fork(stream::SCORE),
     )?;
     let held_out_scores = match &models.held_out {
         Some(h) => {
             let t = h.embed_texts(&[prompt])?;
             let res = h.image_size();
             Some([
-                guide::score(decoder, h, &t, &z0, res, &mut rng.fork(2))?,
-                guide::score(decoder, h, &t, &z, res, &mut rng.fork(2))?,
+                guide::score(decoder, h, &t, &z0, res, &mut rng.fork(stream::SCORE))?,
+                guide::score(decoder, h, &t, &z, res, &mut rng.fork(stream::SCORE))?,
             ])
         }
         None => None,
@@ -347,7 +329,13 @@ pub fn generate(
         background: None,
     };
     for (name, latent) in [("preview_prior.png", &z0), ("preview.png", &z)] {
-        let png = contact_sheet(decoder, latent, s.preview_size, &preview, &mut rng.fork(4))?;
+        let png = contact_sheet(
+            decoder,
+            latent,
+            s.preview_size,
+            &preview,
+            &mut rng.fork(stream::PREVIEW),
+        )?;
         let p = out_dir.join(name);
         write_atomic(&p, &png).with_context(|| format!("writing {}", p.display()))?;
         files.push(p);
@@ -365,122 +353,32 @@ pub fn generate(
         version: env!("CARGO_PKG_VERSION"),
         prompt: prompt.to_string(),
         models: models.sources.clone(),
-        settings: serde_json::json!({
-            "seed": s.seed, "prior_steps": s.prior_steps, "guidance_scale": s.guidance_scale.unwrap_or(models.shap_e.sampling.guidance_scale as f64),
-            "steps": s.guide.steps, "lr": s.guide.lr, "views": s.guide.views, "resolution": s.guide.resolution,
-            "samples": [s.guide.samples.0, s.guide.samples.1], "chunk_rays": s.guide.chunk_rays,
-            "clip_policy": s.guide.clip_policy.to_string(), "grid": s.grid,
-            "device": format!("{device:?}")
-        }),
+        settings: ReportSettings {
+            run: RunSettings {
+                guidance_scale: Some(
+                    s.guidance_scale
+                        .unwrap_or(models.shap_e.sampling.guidance_scale as f64),
+                ),
+                ..s.clone()
+            },
+            device: device_name(device),
+        },
         trace,
         score_before,
         score_after,
         held_out_scores,
-        seconds: [t_sample, t_opt, t2.elapsed().as_secs_f64()],
+        seconds: StageSeconds {
+            sample: t_sample,
+            optimize: t_opt,
+            export: t2.elapsed().as_secs_f64(),
+        },
         peak_optimize_bytes,
         memory_before_export: export.memory_before.to_string(),
-        mesh: serde_json::to_value(format!("{:?}", export.stats))?,
+        mesh: export.stats,
         files,
     };
     let p = out_dir.join("report.json");
     write_atomic(&p, serde_json::to_string_pretty(&report)?.as_bytes())
         .with_context(|| format!("writing {}", p.display()))?;
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::autodiff::checkpoint::Policy;
-    use crate::models::random::{
-        toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes,
-    };
-
-    /// Regression: the extracted mesh carries the decoder's colours (the evaluator once judged every
-    /// mesh grey because the colours were never sampled).
-    #[test]
-    fn extracted_meshes_carry_the_field_colours() -> Result<()> {
-        let dir = tempfile::tempdir()?;
-        let sizes = ShapESizes {
-            d_hidden: 8,
-            d_latent: 16,
-            prior_layers: 1,
-            prior_width: None,
-            text_width: 16,
-        };
-        write_random_shap_e(dir.path(), sizes, 5)?;
-        let shap_e = ShapE::load(dir.path(), DType::F32, &Device::Cpu)?;
-        let rows = shap_e.decoder.config().latent_rows();
-        let z = (Rng::new(1).normal_tensor(&[1, rows, 16], &Device::Cpu)? * 3.0)?;
-        let m = extract_mesh(&shap_e.decoder, &z, 24, &Device::Cpu)?;
-        assert_eq!(m.colours.len(), m.positions.len());
-        let (_, rgb) = shap_e
-            .decoder
-            .query_field(&z, &Tensor::new(&[m.positions[0]], &Device::Cpu)?)?;
-        let srgb = rgb.flatten_all()?.to_vec1::<f32>()?;
-        for (c, s) in m.colours[0].iter().zip(srgb) {
-            assert!(
-                (c - crate::mesh::colour::srgb_to_linear(s)).abs() < 1e-3,
-                "{c} vs linear({s})"
-            );
-        }
-        Ok(())
-    }
-
-    /// A small guided run on random weights: the scoring-CLIP cosine rises over the run, every
-    /// step's gradient reaches the latent (none skipped) with decoder chunks and CLIP blocks
-    /// checkpointed, and every output file is written.
-    #[test]
-    fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
-        let dir = tempfile::tempdir()?;
-        let sizes = ShapESizes {
-            d_hidden: 8,
-            d_latent: 16,
-            prior_layers: 1,
-            prior_width: None,
-            text_width: 16,
-        };
-        write_random_shap_e(&dir.path().join("shap_e"), sizes, 1)?;
-        write_random_clip(&dir.path().join("clip"), &toy_clip_config(16, 1, 16, 4), 2)?;
-        let dev = Device::Cpu;
-        let models = Models::load(&dir.path().join("shap_e"), &dir.path().join("clip"), &dev)?;
-        let guide = GuideSettings {
-            steps: 12,
-            lr: 0.1,
-            views: 1,
-            resolution: 12,
-            samples: (8, 8),
-            chunk_rays: Some(40),
-            clip_policy: Policy::BLOCKS,
-            ..GuideSettings::default()
-        };
-        let s = RunSettings {
-            seed: 3,
-            prior_steps: 2,
-            guidance_scale: Some(3.0),
-            guide,
-            grid: 20,
-            preview_size: 8,
-            formats: Format::DEFAULT.to_vec(),
-        };
-        let out = dir.path().join("out");
-        let report = generate(&models, "a red cube", &s, &out, &dev, |_| {})?;
-        assert_eq!(report.trace.skipped, 0);
-        let c = &report.trace.cosine;
-        let (head, tail) = (
-            c[..3].iter().sum::<f32>() / 3.0,
-            c[c.len() - 3..].iter().sum::<f32>() / 3.0,
-        );
-        assert!(tail > head, "cosine should rise: {c:?}");
-        for f in [
-            "latent.safetensors",
-            "latent_prior.safetensors",
-            "preview.png",
-            "report.json",
-            "mesh.glb",
-        ] {
-            assert!(out.join(f).is_file(), "{f} missing");
-        }
-        Ok(())
-    }
 }

@@ -1,5 +1,8 @@
 //! The command line as a user meets it: exit codes and one-line errors for bad input.
 
+mod common;
+use common::copy_dir;
+
 use std::process::{Command, Output};
 
 fn clipsculpt(args: &[&str], envs: &[(&str, &str)]) -> Output {
@@ -38,6 +41,25 @@ fn bad_arguments_are_usage_errors() {
         let o = clipsculpt(args, &[]);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(!stderr(&o).contains("panicked"), "{args:?}");
+    }
+}
+
+/// `info --model toy` describes the Shap-E pipeline (prior, decoder, scheduler, sampling, text
+/// encoder), not only its folder.
+#[test]
+fn info_describes_a_shap_e_pipeline() {
+    let o = clipsculpt(&["info", "--model", "toy"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for part in [
+        "prior:",
+        "decoder (shap_e_renderer)",
+        "scheduler:",
+        "sampling: guidance scale",
+        "text encoder:",
+        "parameters:",
+    ] {
+        assert!(out.contains(part), "info lacks {part:?}:\n{out}");
     }
 }
 
@@ -168,19 +190,6 @@ fn bad_inputs_give_one_line_errors_and_no_output() {
         ),
         "unwritable output",
     );
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dest = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            copy_dir(&p, &dest);
-        } else {
-            std::fs::copy(&p, &dest).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! CLIP parity against transformers (fixtures from `tests/fixtures/clip/make_fixtures.py`), gradient
 //! checkpointing equivalence, and loader errors.
 
+mod common;
+use common::{copy_dir, max_abs};
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -8,8 +11,9 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::clip::{
     describe, load_clip, load_text_with_projection, preprocess, ClipScorer, ClipTokenizer,
-    LoadError, TensorProblem,
+    LoadError,
 };
+use clipsculpt::weights::TensorProblem;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clip")
@@ -17,18 +21,6 @@ fn fixtures() -> PathBuf {
 
 fn io(name: &str) -> HashMap<String, Tensor> {
     candle_core::safetensors::load(fixtures().join(name), &Device::Cpu).expect("fixture io file")
-}
-
-fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims(), "shapes differ");
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap()
 }
 
 /// ‖a − b‖ / ‖b‖.
@@ -112,6 +104,23 @@ fn tokenizer_matches_reference() {
         p.truncated.iter().any(|&t| t),
         "the fixture has a truncated prompt"
     );
+}
+
+/// Without `tokenizer_config.json`, padding uses `config.json`'s `pad_token_id` (593 in the
+/// fixture, not `<|endoftext|>`); with it, the configured pad token wins.
+#[test]
+fn tokenizer_pads_with_the_configs_pad_token_id_when_no_tokenizer_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&fixtures().join("tiny-clip"), tmp.path());
+    let with = ClipTokenizer::from_dir(tmp.path(), 77).unwrap();
+    std::fs::remove_file(tmp.path().join("tokenizer_config.json")).unwrap();
+    let without = ClipTokenizer::from_dir(tmp.path(), 77).unwrap();
+    let (_, eos, pad) = with.special_ids();
+    assert_eq!(pad, eos, "tokenizer_config.json pads with <|endoftext|>");
+    assert_eq!(without.special_ids().2, 593);
+    let ids = without.encode("a cube").unwrap().ids;
+    assert_eq!(ids[76], 593);
+    assert_eq!(&ids[..3], &with.encode("a cube").unwrap().ids[..3]);
 }
 
 #[test]
@@ -212,13 +221,6 @@ fn checkpointed_vision_backward_matches_plain() -> Result<()> {
         assert!(err < 1e-6, "{policy}: max abs difference {err}");
     }
     Ok(())
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-    }
 }
 
 #[test]

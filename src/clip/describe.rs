@@ -3,39 +3,33 @@
 //! present.
 
 use std::path::Path;
-use std::sync::Arc;
-
-use candle_core::{DType, Device};
-use candle_nn::VarBuilder;
 
 use super::config::{ClipTextConfig, ConfigFile};
-use super::error::LoadError;
-use super::load::{find_weights, read_config, text_config, CheckingBackend, Shared};
+use super::load::{read_config, text_config};
 use super::model::ClipModel;
 use super::text::ClipTextModelWithProjection;
+use crate::weights::files::TRANSFORMERS_WEIGHTS;
+use crate::weights::{count_parameters, find_weights, LoadError};
 
 /// A summary of the model in `dir` for `clipsculpt info --clip`: the config's sizes, the
 /// parameter count (computed from the config; the weights need not be present) and the weights
 /// file, if any.
 pub fn describe(dir: &Path) -> Result<String, LoadError> {
     let (path, config) = read_config(dir)?;
-    let dry = Shared(Arc::new(CheckingBackend::dry()));
-    let vb = VarBuilder::from_backend(Box::new(dry.clone()), DType::F32, Device::Cpu);
-    let (kind, built) = match &config {
-        ConfigFile::Full(cfg) => ("CLIPModel", ClipModel::new(vb, cfg).map(|_| ())),
+    let (kind, counted) = match &config {
+        ConfigFile::Full(cfg) => ("CLIPModel", count_parameters(|vb| ClipModel::new(vb, cfg))),
         ConfigFile::Text(_) => {
             let (cfg, p) = text_config(config.clone());
             (
                 "CLIPTextModelWithProjection",
-                ClipTextModelWithProjection::new(vb, &cfg, p).map(|_| ()),
+                count_parameters(|vb| ClipTextModelWithProjection::new(vb, &cfg, p)),
             )
         }
     };
-    built.map_err(|source| LoadError::Build {
+    let params = counted.map_err(|source| LoadError::Build {
         path: path.clone(),
         source,
     })?;
-    let params = dry.requested_elements();
     let mut s = format!("{kind} at {}\n", dir.display());
     let tower = |s: &mut String, name: &str, t: &ClipTextConfig| {
         s.push_str(&format!(
@@ -74,7 +68,7 @@ pub fn describe(dir: &Path) -> Result<String, LoadError> {
         "  parameters: {params} ({:.1} M)\n",
         params as f64 / 1e6
     ));
-    match find_weights(dir) {
+    match find_weights(dir, &TRANSFORMERS_WEIGHTS) {
         Ok(w) => {
             let size = std::fs::metadata(&w).map(|m| m.len()).unwrap_or(0);
             s.push_str(&format!(

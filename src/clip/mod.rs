@@ -24,7 +24,7 @@ pub mod vision;
 
 pub use config::{Activation, ClipConfig, ClipTextConfig, ClipVisionConfig, ConfigFile};
 pub use describe::describe;
-pub use error::{LoadError, TensorProblem, TokenizeError};
+pub use error::{LoadError, TokenizeError};
 pub use load::{load_clip, load_text_with_projection};
 pub use model::ClipModel;
 pub use preprocess::{preprocess, OPENAI_MEAN, OPENAI_STD};

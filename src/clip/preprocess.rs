@@ -1,5 +1,5 @@
 //! Differentiable CLIP preprocessing: a centred square crop, an antialiased bilinear resize to the
-//! model's `image_size` and OpenAI's per-channel mean/std (`anchors-clip-guidance.md` §2.3).
+//! model's `image_size` and OpenAI's per-channel mean/std (`docs/clip-guidance.md`).
 //!
 //! OpenAI's PIL pipeline (resize shortest side, bicubic, centre crop) is not differentiable; for the
 //! square renders we score, crop-then-resize is the same geometry. Every step is a linear map, so the

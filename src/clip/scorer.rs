@@ -1,6 +1,6 @@
 //! The CLIP scorer used for guidance: texts are embedded once (no graph), images differentiably
 //! with the vision encoder checkpointed under the caller's [`Policy`], and scores are cosines
-//! (`anchors-clip-guidance.md` §2.3: both embeddings L2-normalised).
+//! (`docs/clip-guidance.md`: both embeddings L2-normalised).
 
 use std::path::Path;
 

@@ -21,10 +21,14 @@ use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 use super::error::{LoadError, TokenizeError};
 
 /// CLIP's pre-tokenizer pattern (the `pat` of OpenAI's `simple_tokenizer.py`).
-const CLIP_SPLIT: &str =
+pub const CLIP_SPLIT: &str =
     r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+";
-const BOS: &str = "<|startoftext|>";
-const EOS: &str = "<|endoftext|>";
+/// Start-of-text token.
+pub const BOS: &str = "<|startoftext|>";
+/// End-of-text token (also the unknown and, by default, the padding token).
+pub const EOS: &str = "<|endoftext|>";
+/// Marks the last symbol of a word in CLIP's BPE.
+pub const END_OF_WORD: &str = "</w>";
 
 /// One tokenized prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +51,9 @@ pub struct ClipTokenizer {
 
 impl ClipTokenizer {
     /// Loads `tokenizer.json`, else `vocab.json` + `merges.txt`, from `dir`; the special tokens come
-    /// from `tokenizer_config.json` when present (pad defaults to `<|endoftext|>`), their ids from
-    /// the vocabulary. `context` is the model's `max_position_embeddings`.
+    /// from `tokenizer_config.json` when present, their ids from the vocabulary. Without that file
+    /// the pad id is `config.json`'s explicit `pad_token_id` (in `text_config` or at the top), else
+    /// `<|endoftext|>`. `context` is the model's `max_position_embeddings`.
     pub fn from_dir(dir: &Path, context: usize) -> Result<Self, LoadError> {
         let fail = |reason: String| LoadError::Tokenizer {
             dir: dir.to_path_buf(),
@@ -65,8 +70,20 @@ impl ClipTokenizer {
                 "found neither tokenizer.json nor vocab.json + merges.txt".into(),
             ));
         };
-        let special = SpecialTokens::read(&dir.join("tokenizer_config.json"))?;
-        Self::new(tokenizer, context, &special).map_err(fail)
+        let special_path = dir.join("tokenizer_config.json");
+        let special = SpecialTokens::read(&special_path)?;
+        let mut tok = Self::new(tokenizer, context, &special).map_err(fail)?;
+        if !special_path.is_file() {
+            if let Some(id) = config_pad_id(&dir.join("config.json"))? {
+                if tok.tokenizer.id_to_token(id).is_none() {
+                    return Err(fail(format!(
+                        "config.json's pad_token_id {id} is not in the vocabulary"
+                    )));
+                }
+                tok.pad = id;
+            }
+        }
+        Ok(tok)
     }
 
     /// Wraps a loaded tokenizer; errors name a special token missing from the vocabulary.
@@ -152,6 +169,28 @@ impl ClipTokenizer {
     }
 }
 
+/// The `pad_token_id` written in a CLIP `config.json` (`text_config.pad_token_id`, else the
+/// top-level one of a text-only config); `None` when the file or the key is absent.
+fn config_pad_id(path: &Path) -> Result<Option<u32>, LoadError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let v: Value = serde_json::from_str(&text).map_err(|source| LoadError::Config {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let id = v
+        .get("text_config")
+        .and_then(|t| t.get("pad_token_id"))
+        .or_else(|| v.get("pad_token_id"))
+        .and_then(Value::as_u64);
+    Ok(id.and_then(|id| u32::try_from(id).ok()))
+}
+
 /// Names of the special tokens (transformers' `CLIPTokenizer` defaults unless overridden).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecialTokens {
@@ -212,7 +251,7 @@ fn clip_bpe(vocab: &Path, merges: &Path) -> tokenizers::Result<Tokenizer> {
     let (vocab, merges) = (vocab.to_string_lossy(), merges.to_string_lossy());
     let bpe = BPE::from_file(&vocab, &merges)
         .continuing_subword_prefix(String::new())
-        .end_of_word_suffix("</w>".into())
+        .end_of_word_suffix(END_OF_WORD.into())
         .unk_token(EOS.into())
         .build()?;
     let mut tokenizer = Tokenizer::new(bpe);

@@ -4,8 +4,6 @@
 //! Every op is differentiable (our LayerNorm and softmax, frozen-weight linears), and each layer is a
 //! checkpoint [`Block`], so the stack runs under any [`Policy`].
 
-use std::sync::Arc;
-
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
@@ -13,7 +11,6 @@ use super::config::{Activation, EncoderConfig};
 use crate::autodiff::checkpoint::{measure_costs, run_chain, Block, Policy};
 use crate::autodiff::nn::{layer_norm, linear, LayerNorm, Linear};
 use crate::autodiff::ops;
-use crate::autodiff::vjp::{attach, Vjp};
 
 /// Multi-head self-attention (`self_attn`: `q_proj`, `k_proj`, `v_proj`, `out_proj`).
 #[derive(Debug, Clone)]
@@ -91,36 +88,9 @@ impl Mlp {
 impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.fc1.forward(x)?;
-        let h = activate(&h, self.act)?;
+        let h = self.act.forward(&h)?;
         self.fc2.forward(&h)
     }
-}
-
-/// Applies `act` elementwise, differentiably.
-pub fn activate(x: &Tensor, act: Activation) -> Result<Tensor> {
-    match act {
-        Activation::QuickGelu => quick_gelu(x),
-        Activation::Gelu => crate::autodiff::ops::Activation::GeluErf.forward(x),
-    }
-}
-
-/// `y = x·σ(1.702x)` as one graph node that keeps only `x` and `y`; composed from candle ops it
-/// would also keep `1.702x` and `σ(1.702x)`, doubling the MLP's stored activations.
-/// Backward: `dy/dx = s + 1.702·x·s·(1 − s) = s·(1 + 1.702·x·(1 − s))` with `s = σ(1.702x)`.
-fn quick_gelu(x: &Tensor) -> Result<Tensor> {
-    let xd = x.detach();
-    let y = (&xd * candle_nn::ops::sigmoid(&(&xd * 1.702)?)?)?;
-    attach(
-        "quick_gelu",
-        y,
-        &[x],
-        Arc::new(|v: &Vjp| {
-            let x = &v.inputs[0];
-            let s = candle_nn::ops::sigmoid(&(x * 1.702)?)?;
-            let slope = (((x * s.affine(-1.0, 1.0)?)? * 1.702)? + 1.0)?;
-            Ok(vec![Some((v.grad * (s * slope)?)?)])
-        }),
-    )
 }
 
 /// One pre-LN layer: `x + attn(ln1(x))`, then `h + mlp(ln2(h))`.
@@ -237,23 +207,10 @@ mod tests {
         Encoder::new(VarBuilder::from_tensors(ts, DType::F64, &dev), cfg)
     }
 
-    /// The fused quick-GELU equals the composed formula and its derivative the finite difference.
-    #[test]
-    fn quick_gelu_value_and_gradient() -> Result<()> {
-        let x = (randn(&[3, 7], 5, &Device::Cpu)? * 3.0)?;
-        let composed = (&x * candle_nn::ops::sigmoid(&(&x * 1.702)?)?)?;
-        let err = (quick_gelu(&x)? - composed)?
-            .abs()?
-            .max_all()?
-            .to_scalar::<f32>()?;
-        assert!(err < 1e-6, "max error {err}");
-        check_grad(&[x], |t| quick_gelu(&t[0]))
-    }
-
     /// d/dx of the whole causal stack, both activations, against central differences.
     #[test]
     fn encoder_gradient_matches_finite_differences() -> Result<()> {
-        for act in [Activation::QuickGelu, Activation::Gelu] {
+        for act in [Activation::QuickGelu, Activation::GeluErf] {
             let enc = random_encoder(&tiny(act))?;
             let x = randn(&[2, 3, 8], 1, &Device::Cpu)?;
             let mask = causal_mask(3, DType::F64, &Device::Cpu)?;

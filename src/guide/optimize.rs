@@ -16,7 +16,7 @@ use crate::render::{render_views, Camera, RenderSettings};
 use crate::shap_e::Decoder;
 
 /// Settings of the optimization.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct GuideSettings {
     /// Optimization steps.
     pub steps: usize,

@@ -2,7 +2,7 @@
 //!
 //! [`super::Mesh`] lives in the field's frame, which is Shap-E's: right-handed, **+Z up** (diffusers' docs rotate
 //! its meshes by −90° about x before writing glTF because they otherwise come out "viewed from below").
-//! Blender (`shared/design/mesh.md` §2.5, measured): GLB and OBJ are read as **+Y up** and converted to Blender's
+//! Blender (`docs/mesh.md`, measured): GLB and OBJ are read as **+Y up** and converted to Blender's
 //! Z-up; PLY is taken as Z-up unchanged. So GLB and OBJ are written through [`to_y_up`] (a −90° rotation about x:
 //! `(x, y, z) → (x, z, −y)`, a proper rotation, so winding and normals stay outward) and PLY as-is ([`to_z_up`]).
 //! In Blender all three then show the field's +Z as up and its +X as +X.

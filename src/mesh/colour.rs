@@ -1,7 +1,7 @@
-//! Colour spaces per format (`shared/design/mesh.md` §2.5, measured in Blender): glTF `COLOR_0` is **linear**,
+//! Colour spaces per format (`docs/mesh.md`, measured in Blender): glTF `COLOR_0` is **linear**,
 //! PLY and OBJ vertex colours are read as **sRGB**. [`super::Mesh`] stores linear RGB; writers encode.
 //!
-//! Shap-E's STF colour channel is sRGB-like (diffusers linearises it before export, shap-e.md §5.4); a field
+//! Shap-E's STF colour channel is sRGB-like (diffusers linearises it before export, `docs/shap-e.md`); a field
 //! adapter should pass it through [`srgb_to_linear`] so that [`super::Field`] returns linear colour.
 
 /// sRGB transfer function (IEC 61966-2-1) from linear to encoded, input clamped to [0, 1].
@@ -64,7 +64,7 @@ mod tests {
             let u = i as f32 / 255.0;
             assert!((linear_to_srgb(srgb_to_linear(u)) - u).abs() < 1e-5, "{u}");
         }
-        // mesh.md §2.5: byte 100 reads as 0.127 linear from PLY/OBJ (sRGB) and 0.392 from GLB (linear).
+        // docs/mesh.md: byte 100 reads as 0.127 linear from PLY/OBJ (sRGB) and 0.392 from GLB (linear).
         assert!((srgb_to_linear(100.0 / 255.0) - 0.127).abs() < 1e-3);
         assert_eq!(srgb_bytes([0.0, 1.0, 2.0]), [0, 255, 255]);
         assert_eq!(srgb_bytes([srgb_to_linear(100.0 / 255.0); 3]), [100; 3]);

@@ -13,18 +13,23 @@ use super::memory::{release_device_caches, MemoryReport};
 use super::mesh::{Mesh, MeshStats};
 use super::{glb, obj, ply, preview};
 
-/// Output files [`write_all`] can produce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Output files [`write_all`] can produce (`--formats glb,ply,obj,png,gif` on the command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Format {
-    /// `<stem>.glb`: binary glTF, linear COLOR_0, +Y up.
+    /// `<stem>.glb`: binary glTF, linear COLOR_0, +Y up (Blender: File ▸ Import ▸ glTF).
     Glb,
     /// `<stem>.ply`: binary little-endian PLY, sRGB colours, +Z up.
     Ply,
     /// `<stem>.obj`: OBJ with `v x y z r g b` (sRGB), +Y up.
     Obj,
     /// `<stem>_preview.png`: contact sheet of 8 turntable views.
+    #[value(name = "png")]
+    #[serde(rename = "png")]
     PreviewPng,
     /// `<stem>_turntable.gif`: animated turntable.
+    #[value(name = "gif")]
+    #[serde(rename = "gif")]
     PreviewGif,
 }
 

@@ -1,7 +1,7 @@
 //! Fields and graph-free grid sampling.
 //!
 //! A [`Field`] maps points to a scalar (signed distance or density, **positive inside** as in Shap-E's STF `sdf`
-//! channel, `shared/design/shap-e.md` §5.4) and a linear RGB colour. [`sample_grid`] evaluates it on a G³ lattice
+//! channel, `docs/shap-e.md`, "Mesh extraction") and a linear RGB colour. [`sample_grid`] evaluates it on a G³ lattice
 //! in chunks of plain tensors on the caller's device; [`sample_colours`] evaluates it at mesh vertices. Outputs are
 //! detached, so a field that still holds `Var`s builds no autograd graph here; callers should drop their
 //! optimisation state (optimiser moments, saved activations) before export and may call

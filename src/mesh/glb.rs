@@ -1,4 +1,4 @@
-//! Binary glTF 2.0 (`.glb`) writer, hand-written (`shared/design/mesh.md` §2.1 and its appendix).
+//! Binary glTF 2.0 (`.glb`) writer, hand-written (`docs/mesh.md`, "Formats"; the Khronos glTF 2.0 specification).
 //!
 //! One buffer with four 4-byte-aligned views: POSITION (VEC3 f32, with min/max), NORMAL (VEC3 f32, unit),
 //! COLOR_0 (VEC3 f32, **linear**), indices (SCALAR u32). One triangle primitive, no material (viewers and

@@ -1,5 +1,5 @@
 //! [`Mesh`]: an indexed triangle mesh with per-vertex normals and linear colours, and [`MeshStats`], the quality
-//! gates of `shared/design/mesh.md` §4.1 (watertight, edge-manifold, consistent winding, positive volume, Euler χ).
+//! gates of `docs/mesh.md` (watertight, edge-manifold, consistent winding, positive volume, Euler χ).
 
 use super::error::ExportError;
 
@@ -20,7 +20,7 @@ pub struct Mesh {
 }
 
 /// Topology and orientation measures of a mesh.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct MeshStats {
     /// Vertex count.
     pub vertices: usize,

@@ -5,7 +5,7 @@
 //!    chunks of plain tensors on any candle device ([`sample_grid`]); [`release_device_caches`] before that.
 //! 2. [`marching_cubes`](mod@marching_cubes): our own MC with one vertex per crossed edge, padding, outward winding,
 //!    gradient normals, slab-parallel; [`McMode::ShapEParity`] reproduces diffusers' `MeshDecoder`
-//!    (`shared/design/shap-e.md` §5.4). [`Mesh::stats`] gives the quality gates.
+//!    (`docs/shap-e.md`, "Mesh extraction"). [`Mesh::stats`] gives the quality gates.
 //! 3. [`colour`] (linear in GLB, sRGB in PLY/OBJ) and [`axes`] (field +Z up → GLB/OBJ +Y up, PLY +Z up: upright in
 //!    Blender from every format).
 //! 4. Writers [`glb`], [`ply`], [`obj`], all atomic ([`crate::atomic`]); [`preview`] renders a PNG contact sheet

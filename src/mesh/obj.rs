@@ -1,6 +1,6 @@
 //! Wavefront OBJ writer with per-vertex colours: `v x y z r g b` (**sRGB** floats, read as such by Blender's
 //! importer), `vn`, faces `f a//a b//b c//c` (1-based), one object with contiguous `v` lines and no `mtllib`
-//! (trimesh drops vertex colours when an .mtl is referenced, mesh.md §2.3). Coordinates are +Y up
+//! (trimesh drops vertex colours when an .mtl is referenced, `docs/mesh.md`). Coordinates are +Y up
 //! ([`super::axes::to_y_up`]).
 
 use std::io::Write;

@@ -1,6 +1,6 @@
 //! Marching-cubes case tables, generated at first use from the cube's geometry instead of typed in.
 //!
-//! Numbering follows Shap-E's `MeshDecoder` (docs: `shared/design/shap-e.md` §5.4): corner `c = dx + 2·dy + 4·dz`;
+//! Numbering follows Shap-E's `MeshDecoder` (`docs/shap-e.md`, "Mesh extraction"): corner `c = dx + 2·dy + 4·dz`;
 //! local edges 0–3 run along x at (dy, dz) = (0,0), (1,0), (0,1), (1,1); 4–7 along y at (dx, dz); 8–11 along z
 //! at (dx, dy). A case index has bit `c` set when corner `c` is inside (value above the level).
 //!

@@ -46,7 +46,7 @@ pub enum HubError {
 pub fn fetch_files(
     repo: &str,
     revision: Option<&str>,
-    groups: &[&[&str]],
+    groups: &[Vec<String>],
     opts: &HubOptions,
 ) -> Result<Vec<PathBuf>, HubError> {
     let hub_repo = match revision {
@@ -103,7 +103,7 @@ mod tests {
         let err = fetch_files(
             "openai/shap-e",
             None,
-            &[&["prior/config.json"]],
+            &[vec!["prior/config.json".to_string()]],
             &HubOptions {
                 offline: true,
                 progress: false,

@@ -1,12 +1,13 @@
 //! Which files make up a model of each kind, and resolving a [`ModelSpec`] to a local folder.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::hub::{fetch_files, HubError, HubOptions};
 use super::spec::ModelSpec;
+use crate::weights::files::{under, DECODER_DIRS, DIFFUSERS_WEIGHTS, TRANSFORMERS_WEIGHTS};
 
-/// The kinds of model folders clipsculpt reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The kinds of model folders clipsculpt reads (`--kind clip|shap-e` on the command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModelKind {
     /// A Hugging Face `transformers` CLIP model (`config.json`, tokenizer, `model.safetensors`).
     Clip,
@@ -15,35 +16,37 @@ pub enum ModelKind {
 }
 
 impl ModelKind {
-    /// File groups to fetch: from each group the first alternative that exists.
-    pub fn files(self) -> &'static [&'static [&'static str]] {
+    /// File groups to fetch: from each group the first alternative that exists. Built from the
+    /// loaders' own lists ([`crate::weights::files`]).
+    pub fn files(self) -> Vec<Vec<String>> {
+        let one = |f: &str| vec![f.to_string()];
+        let owned = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         match self {
-            ModelKind::Clip => &[
-                &["config.json"],
-                &["tokenizer.json", "vocab.json"],
-                &["model.safetensors", "model.fp16.safetensors"],
+            ModelKind::Clip => vec![
+                one("config.json"),
+                owned(&["tokenizer.json", "vocab.json"]),
+                owned(&TRANSFORMERS_WEIGHTS),
             ],
-            ModelKind::ShapE => &[
-                &["model_index.json"],
-                &["prior/config.json"],
-                &[
-                    "prior/diffusion_pytorch_model.safetensors",
-                    "prior/diffusion_pytorch_model.fp16.safetensors",
-                ],
-                &["text_encoder/config.json"],
-                &[
-                    "text_encoder/model.safetensors",
-                    "text_encoder/model.fp16.safetensors",
-                ],
-                &["tokenizer/vocab.json"],
-                &["tokenizer/merges.txt"],
-                &["scheduler/scheduler_config.json"],
-                &["renderer/config.json"],
-                &[
-                    "renderer/diffusion_pytorch_model.safetensors",
-                    "renderer/diffusion_pytorch_model.fp16.safetensors",
-                ],
-            ],
+            ModelKind::ShapE => {
+                let in_decoder_dirs = |names: &[&str]| {
+                    DECODER_DIRS
+                        .iter()
+                        .flat_map(|d| under(d, names))
+                        .collect::<Vec<_>>()
+                };
+                vec![
+                    one("model_index.json"),
+                    one("prior/config.json"),
+                    under("prior", &DIFFUSERS_WEIGHTS),
+                    one("text_encoder/config.json"),
+                    under("text_encoder", &TRANSFORMERS_WEIGHTS),
+                    one("tokenizer/vocab.json"),
+                    one("tokenizer/merges.txt"),
+                    one("scheduler/scheduler_config.json"),
+                    in_decoder_dirs(&["config.json"]),
+                    in_decoder_dirs(&DIFFUSERS_WEIGHTS),
+                ]
+            }
         }
     }
 
@@ -64,17 +67,18 @@ pub enum ResolveError {
     /// Fetching from the hub failed.
     #[error(transparent)]
     Hub(#[from] HubError),
-    /// The embedded model is requested but absent.
-    #[error("the embedded toy model was not found in {0}; pass a hub id or a local directory with --model/--clip")]
-    NoToy(PathBuf),
+    /// The embedded model is requested but absent from every place searched.
+    #[error("the embedded toy model was not found (looked in {}); pass a hub id or a local directory with --model DIR / --clip DIR", .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    NoToy(Vec<PathBuf>),
 }
 
 /// Resolves `spec` to a local folder holding the files of `kind` (downloading hub files into the
-/// hf cache unless offline). `toy_root` is the folder of the embedded models.
+/// hf cache unless offline). `toy_roots` are the folders searched, in order, for the embedded
+/// models.
 pub fn resolve(
     spec: &ModelSpec,
     kind: ModelKind,
-    toy_root: &Path,
+    toy_roots: &[PathBuf],
     opts: &HubOptions,
 ) -> Result<PathBuf, ResolveError> {
     match spec {
@@ -84,16 +88,15 @@ pub fn resolve(
                 ModelKind::Clip => "clip",
                 ModelKind::ShapE => "shap_e",
             };
-            let dir = toy_root.join(sub);
-            if dir.is_dir() {
-                Ok(dir)
-            } else {
-                Err(ResolveError::NoToy(dir))
+            let tried: Vec<PathBuf> = toy_roots.iter().map(|r| r.join(sub)).collect();
+            match tried.iter().find(|d| d.is_dir()) {
+                Some(dir) => Ok(dir.clone()),
+                None => Err(ResolveError::NoToy(tried)),
             }
         }
         ModelSpec::Hub { repo, revision } => {
             let groups = kind.files();
-            let paths = fetch_files(repo, revision.as_deref(), groups, opts)?;
+            let paths = fetch_files(repo, revision.as_deref(), &groups, opts)?;
             // Every file lives in one snapshot folder: strip the first file's relative name.
             let first = &paths[0];
             let depth = groups[0][0].split('/').count();
@@ -102,6 +105,53 @@ pub fn resolve(
                 root.pop();
             }
             Ok(root)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A missing embedded model names every folder searched and the `--model DIR` way out.
+    #[test]
+    fn missing_toy_names_every_place_it_looked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let roots = [tmp.path().join("a"), tmp.path().join("b")];
+        let opts = HubOptions {
+            offline: true,
+            progress: false,
+        };
+        let err = resolve(&ModelSpec::Toy, ModelKind::ShapE, &roots, &opts).unwrap_err();
+        let msg = err.to_string();
+        for r in &roots {
+            assert!(
+                msg.contains(&r.join("shap_e").display().to_string()),
+                "{msg}"
+            );
+        }
+        assert!(msg.contains("--model DIR"), "{msg}");
+        std::fs::create_dir_all(roots[1].join("shap_e")).unwrap();
+        let found = resolve(&ModelSpec::Toy, ModelKind::ShapE, &roots, &opts).unwrap();
+        assert_eq!(found, roots[1].join("shap_e"));
+    }
+
+    /// The download lists come from the loaders' own file lists (bf16, `.bin`, both decoder
+    /// folders).
+    #[test]
+    fn download_lists_follow_the_loaders() {
+        let clip = ModelKind::Clip.files();
+        assert!(clip
+            .iter()
+            .any(|g| g.contains(&"model.bf16.safetensors".to_string())));
+        let shap_e = ModelKind::ShapE.files();
+        let all: Vec<&String> = shap_e.iter().flatten().collect();
+        for f in [
+            "prior/diffusion_pytorch_model.bin",
+            "shap_e_renderer/config.json",
+            "renderer/diffusion_pytorch_model.safetensors",
+        ] {
+            assert!(all.iter().any(|g| *g == f), "{f} not in {all:?}");
         }
     }
 }

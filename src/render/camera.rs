@@ -1,5 +1,5 @@
 //! Pinhole cameras (diffusers `pipelines/shap_e/camera.py`, `DifferentiableProjectiveCamera`;
-//! spec §5.3): an origin and an orthonormal frame `x` (right), `y` (down), `z` (forward), with
+//! `docs/shap-e.md`, "Rendering"): an origin and an orthonormal frame `x` (right), `y` (down), `z` (forward), with
 //! per-axis field of view. Rays go through pixel centres' grid `f = (p/(res−1))·2 − 1`, scaled
 //! by `tan(fov/2)`, row-major with the row index `py`.
 

@@ -1,4 +1,4 @@
-//! Volume compositing (diffusers `integrate_samples` and the void model; spec §5.3), differentiable
+//! Volume compositing (diffusers `integrate_samples` and the void model; `docs/shap-e.md`, "Rendering"), differentiable
 //! in densities and colours. For sorted samples `t_k` with bin widths `Δ_k` (from
 //! [`super::samplers::partition`]): `τ_k = σ_k·Δ_k`, `M_k = Σ_{i≤k} τ_i`, weights
 //! `w_k = (1 − e^{−τ_k})·e^{−M_{k−1}}`, colour `Σ w_k·c_k`, transmittance `e^{−M_last}`. Rays

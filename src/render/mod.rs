@@ -1,5 +1,5 @@
 //! NeRF volume rendering of Shap-E latents (diffusers `ShapERenderer.render_rays` /
-//! `decode_to_image`, spec §5.3): cameras ([`camera`]) → rays clipped to the `[−1, 1]³` volume
+//! `decode_to_image`, `docs/shap-e.md`, "Rendering"): cameras ([`camera`]) → rays clipped to the `[−1, 1]³` volume
 //! ([`rays`]) → stratified coarse samples and importance-sampled fine samples ([`samplers`]) →
 //! the NeRSTF MLP → compositing over a background ([`composite`]); contact sheets in [`sheet`].
 //!

@@ -1,4 +1,4 @@
-//! Ray/box intersection (diffusers `BoundingBoxVolume.intersect`; spec §5.3): slab test against
+//! Ray/box intersection (diffusers `BoundingBoxVolume.intersect`; `docs/shap-e.md`, "Rendering"): slab test against
 //! the axis-aligned box, directions nudged away from zero by 1e-6, `t0` clamped at 0, a hit
 //! needs `t0 + 1e-3 < t1`; misses get `[0, 1]`.
 

@@ -1,5 +1,5 @@
 //! Sample distances along rays (diffusers `StratifiedRaySampler` with depth mode "linear" and
-//! `ImportanceRaySampler` without blur pooling; spec §5.3). Pure arithmetic on one ray at a time;
+//! `ImportanceRaySampler` without blur pooling; `docs/shap-e.md`, "Rendering"). Pure arithmetic on one ray at a time;
 //! the uniform draws are arguments, so tests can inject them and recomputation is deterministic.
 
 /// torch's `linspace(0, 1, n)` in f32 (first half counted up from 0, second half down from 1).

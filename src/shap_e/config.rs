@@ -17,16 +17,7 @@ mod scheduler;
 pub use renderer::{RendererConfig, DIRENC_DIM, POSENC_DIM};
 pub use scheduler::{BetaSchedule, PredictionType, SchedulerConfig};
 
-/// An activation named in a config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-pub enum Activation {
-    /// `"gelu"`: exact GELU, `x·Φ(x)` with the erf (PyTorch `nn.GELU()`), not the tanh form.
-    #[serde(rename = "gelu")]
-    Gelu,
-    /// `"silu"`/`"swish"`: `x·σ(x)`.
-    #[serde(rename = "silu", alias = "swish")]
-    Silu,
-}
+pub use crate::autodiff::ops::Activation;
 
 /// A normalisation named in a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -196,7 +187,7 @@ pub fn parse_config<T: DeserializeOwned + ClassChecked>(
     })?;
     if let Some(found) = cfg.class_name() {
         if found != T::CLASS {
-            return Err(LoadError::WrongClass {
+            return Err(LoadError::WrongModel {
                 path: path.to_path_buf(),
                 expected: T::CLASS,
                 found: found.to_string(),
@@ -251,7 +242,7 @@ mod tests {
     fn reads_the_real_prior_config() {
         let c: PriorConfig = parse_config(PRIOR, Path::new("prior/config.json")).unwrap();
         assert_eq!(c.inner_dim(), 1024);
-        assert_eq!(c.time_embed_act_fn, Activation::Gelu);
+        assert_eq!(c.time_embed_act_fn, Activation::GeluErf);
         assert_eq!(c.norm_in_type, Some(NormType::Layer));
         assert_eq!(c.clip_embed_dim(), 2048);
     }

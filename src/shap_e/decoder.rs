@@ -8,10 +8,11 @@ use candle_nn::VarBuilder;
 
 use super::config::{read_config, PriorConfig, RendererConfig};
 use super::error::LoadError;
-use super::load::{build_checked, find_weights, read_weights, Loaded};
 use super::nerstf::{self, NerstfMlp};
 use super::params_proj::ParamsProj;
 use super::prior::PriorTransformer;
+use crate::weights::files::DIFFUSERS_WEIGHTS;
+use crate::weights::{find_weights, Loaded, WeightFile};
 
 /// Points per MLP call in graph-free field queries.
 const QUERY_CHUNK: usize = 4096;
@@ -44,7 +45,7 @@ impl Decoder {
         device: &Device,
     ) -> std::result::Result<Loaded<Self>, LoadError> {
         let cfg: RendererConfig = read_config(&dir.join("config.json"))?;
-        let weights = find_weights(dir)?;
+        let weights = find_weights(dir, &DIFFUSERS_WEIGHTS)?;
         Self::load_file(&cfg, &weights, dtype, device)
     }
 
@@ -55,8 +56,7 @@ impl Decoder {
         dtype: DType,
         device: &Device,
     ) -> std::result::Result<Loaded<Self>, LoadError> {
-        let tensors = read_weights(weights, dtype, device)?;
-        build_checked(tensors, weights, dtype, device, |vb| Self::new(vb, cfg))
+        WeightFile::open(weights)?.build(dtype, device, |vb| Self::new(vb, cfg))
     }
 
     /// The config.
@@ -95,7 +95,7 @@ impl Decoder {
             .forward(weights, &points.to_dtype(self.mlp.dtype())?)
     }
 
-    /// Graph-free field query for mesh extraction (spec §5.4): `latent` `(1, rows, d)` or
+    /// Graph-free field query for mesh extraction (`docs/shap-e.md`, "Mesh extraction"): `latent` `(1, rows, d)` or
     /// `(rows, d)`, `points (n, 3)` → `sdf (n)` (`tanh` of channel 0, **positive inside**) and
     /// STF colour `rgb (n, 3)` in `[0, 1]` (sRGB, before any linearisation). Inputs are detached,
     /// so no graph is built even for a `Var` latent; evaluated in chunks of 4096 points.
@@ -138,9 +138,6 @@ pub fn load_prior(
     device: &Device,
 ) -> std::result::Result<Loaded<PriorTransformer>, LoadError> {
     let cfg: PriorConfig = read_config(&dir.join("config.json"))?;
-    let weights = find_weights(dir)?;
-    let tensors = read_weights(&weights, dtype, device)?;
-    build_checked(tensors, &weights, dtype, device, |vb| {
-        PriorTransformer::new(vb, &cfg)
-    })
+    let weights = find_weights(dir, &DIFFUSERS_WEIGHTS)?;
+    WeightFile::open(&weights)?.build(dtype, device, |vb| PriorTransformer::new(vb, &cfg))
 }

@@ -2,13 +2,13 @@
 //! (`pipelines/shap_e/`, `models/transformers/prior_transformer.py`): the latent prior
 //! ([`prior`]), its Heun/Karras scheduler ([`scheduler`]) and sampling loop ([`sampler`]), and the
 //! latent decoder — params projection ([`params_proj`]) and NeRSTF MLP ([`nerstf`]) — bundled as
-//! [`Decoder`]. Rendering lives in [`crate::render`]. Spec: `shared/design/shap-e.md`.
+//! [`Decoder`]. Rendering lives in [`crate::render`]. Notes: `docs/shap-e.md`.
 
 pub mod config;
 pub mod decoder;
+pub mod describe;
 pub mod error;
 pub mod latent;
-pub mod load;
 pub mod model;
 pub mod nerstf;
 pub mod params_proj;
@@ -18,6 +18,7 @@ pub mod scheduler;
 
 pub use config::{PriorConfig, RendererConfig, SchedulerConfig};
 pub use decoder::{load_prior, Decoder};
+pub use describe::describe;
 pub use error::LoadError;
 pub use latent::{load_latent, save_latent};
 pub use model::{SamplingDefaults, ShapE, SAMPLING_FILE};

@@ -8,13 +8,11 @@ use candle_core::{DType, Device, Result, Tensor};
 use super::config::{read_config, SchedulerConfig};
 use super::decoder::{load_prior, Decoder};
 use super::error::LoadError;
-use super::load::find_weights;
 use super::prior::PriorTransformer;
 use super::sampler::{initial_noise, sample_latents_from};
 use crate::autodiff::rng::Rng;
-
-/// Decoder folders tried, in order.
-pub const DECODER_DIRS: [&str; 2] = ["shap_e_renderer", "renderer"];
+use crate::weights::files::{DECODER_DIRS, DIFFUSERS_WEIGHTS};
+use crate::weights::find_weights;
 
 /// The file of a pipeline folder that recommends sampling settings (optional).
 pub const SAMPLING_FILE: &str = "sampling.json";
@@ -35,6 +33,23 @@ impl Default for SamplingDefaults {
     }
 }
 
+impl SamplingDefaults {
+    /// Reads `root/sampling.json`; `None` when the file is absent.
+    pub fn read(root: &Path) -> std::result::Result<Option<Self>, LoadError> {
+        let path = root.join(SAMPLING_FILE);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|source| LoadError::Config { path, source })
+    }
+}
+
 /// Prior, scheduler config and decoder of one Shap-E checkpoint.
 #[derive(Debug, Clone)]
 pub struct ShapE {
@@ -49,8 +64,9 @@ pub struct ShapE {
 }
 
 impl ShapE {
-    /// Loads `root/prior`, `root/scheduler/scheduler_config.json` (the Shap-E values if the file
-    /// is absent) and the first decoder folder of [`DECODER_DIRS`] that has weights.
+    /// Loads `root/prior`, `root/scheduler/scheduler_config.json` (the Shap-E values, with a
+    /// warning, if the file is absent) and the first decoder folder of [`DECODER_DIRS`] that has
+    /// weights.
     pub fn load(
         root: &Path,
         dtype: DType,
@@ -61,25 +77,17 @@ impl ShapE {
         let scheduler = if sched_path.is_file() {
             read_config(&sched_path)?
         } else {
+            tracing::warn!(
+                "{} is missing; using Shap-E's published scheduler settings",
+                sched_path.display()
+            );
             SchedulerConfig::shap_e()
         };
-        let sampling_path = root.join(SAMPLING_FILE);
-        let sampling = if sampling_path.is_file() {
-            let text = std::fs::read_to_string(&sampling_path).map_err(|source| LoadError::Io {
-                path: sampling_path.clone(),
-                source,
-            })?;
-            serde_json::from_str(&text).map_err(|source| LoadError::Config {
-                path: sampling_path.clone(),
-                source,
-            })?
-        } else {
-            SamplingDefaults::default()
-        };
+        let sampling = SamplingDefaults::read(root)?.unwrap_or_default();
         let mut last_err = None;
         for d in DECODER_DIRS {
             let dir = root.join(d);
-            match find_weights(&dir) {
+            match find_weights(&dir, &DIFFUSERS_WEIGHTS) {
                 Ok(_) => {
                     return Ok(Self {
                         prior,
@@ -91,7 +99,7 @@ impl ShapE {
                 Err(e) => last_err = Some(e),
             }
         }
-        Err(last_err.unwrap_or(LoadError::NoWeights {
+        Err(last_err.unwrap_or(LoadError::MissingWeights {
             dir: root.to_path_buf(),
             tried: DECODER_DIRS.iter().map(|s| s.to_string()).collect(),
         }))

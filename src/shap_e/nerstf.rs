@@ -1,5 +1,5 @@
 //! The NeRSTF MLP (diffusers `MLPNeRSTFModel` in `pipelines/shap_e/renderer.py`; original
-//! `shap_e/models/nerstf/mlp.py`; spec §5.2): NeRF position encoding → `n_hidden_layers` SiLU
+//! `shap_e/models/nerstf/mlp.py`; `docs/shap-e.md`, "Decoder"): NeRF position encoding → `n_hidden_layers` SiLU
 //! layers → `n_output` = 12 raw channels. The first layers' weights come from the latent
 //! ([`super::params_proj`]), per latent, through a batched matmul (no in-place weight copy);
 //! biases and the remaining layers are static. The direction features inserted before layer

@@ -1,5 +1,5 @@
 //! Params projection (diffusers `ShapEParamsProjModel`/`ChannelsProj` in
-//! `pipelines/shap_e/renderer.py`; spec §5.1): latent rows → the first MLP weight matrices.
+//! `pipelines/shap_e/renderer.py`; `docs/shap-e.md`, "Decoder"): latent rows → the first MLP weight matrices.
 //!
 //! For projection j with `V` vectors (= output rows of the MLP weight) and `C` channels (= its
 //! input width), latent rows `z_j (B, V, D)` give `h[b,v,c] = Σ_d z_j[b,v,d]·W[v,c,d]`, then a

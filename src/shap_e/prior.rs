@@ -1,6 +1,6 @@
 //! The Shap-E prior: diffusers' `PriorTransformer` as configured for Shap-E (reference:
-//! diffusers `models/transformers/prior_transformer.py`, `models/attention.py`; spec
-//! `shap-e.md` §3). Fields are named after the checkpoint keys (`transformer_blocks.{i}.attn1.to_q`,
+//! diffusers `models/transformers/prior_transformer.py`, `models/attention.py`; notes in
+//! `docs/shap-e.md`, "Prior"). Fields are named after the checkpoint keys (`transformer_blocks.{i}.attn1.to_q`,
 //! `ff.net.0.proj`, …). The blocks implement [`Block`] so that the stack runs under any
 //! checkpoint [`Policy`]; everything is differentiable (our LayerNorm/softmax/linear).
 //!
@@ -17,13 +17,6 @@ use crate::autodiff::nn::{layer_norm, linear, LayerNorm, Linear};
 use crate::autodiff::ops;
 
 const LN_EPS: f64 = 1e-5;
-
-fn activate(x: &Tensor, act: Activation) -> Result<Tensor> {
-    match act {
-        Activation::Gelu => crate::autodiff::ops::Activation::GeluErf.forward(x),
-        Activation::Silu => crate::autodiff::ops::Activation::Silu.forward(x),
-    }
-}
 
 /// `attn1`: multi-head self-attention with biased q/k/v/out projections.
 #[derive(Debug, Clone)]
@@ -85,7 +78,7 @@ impl FeedForward {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.net_2
-            .forward(&activate(&self.net_0_proj.forward(x)?, Activation::Gelu)?)
+            .forward(&Activation::GeluErf.forward(&self.net_0_proj.forward(x)?)?)
     }
 }
 
@@ -259,7 +252,7 @@ impl PriorTransformer {
         let te = &self.time_embedding;
         let temb = te
             .linear_2
-            .forward(&activate(&te.linear_1.forward(&feats)?, te.act)?)?;
+            .forward(&te.act.forward(&te.linear_1.forward(&feats)?)?)?;
         let mut cond = proj_embedding.clone();
         if let Some(norm) = &self.embedding_proj_norm {
             cond = norm.forward(&cond)?;

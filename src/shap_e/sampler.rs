@@ -1,4 +1,4 @@
-//! The sampling loop (diffusers `pipelines/shap_e/pipeline_shap_e.py`, spec §2.2–2.3 and §4.3):
+//! The sampling loop (diffusers `pipelines/shap_e/pipeline_shap_e.py`, `docs/shap-e.md`, "Sampling loop"):
 //! conditioning, classifier-free guidance on the prior's x0 prediction (unconditional branch
 //! first, zero embedding), clipping after guidance (inside the scheduler), Heun steps.
 

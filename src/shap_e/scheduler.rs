@@ -1,5 +1,5 @@
 //! Heun's second-order sampler over discrete sigmas (diffusers `HeunDiscreteScheduler`,
-//! `schedulers/scheduling_heun_discrete.py`; spec `shap-e.md` §4), with Karras sigmas, the "exp"
+//! `schedulers/scheduling_heun_discrete.py`; `docs/shap-e.md`, "Scheduler"), with Karras sigmas, the "exp"
 //! beta schedule, fractional timesteps, c_in scaling and x0 prediction with clipping. Pure
 //! arithmetic on sigmas and tensors; [`super::sampler`] owns the loop that calls the prior.
 //!
@@ -268,7 +268,7 @@ impl HeunDiscreteScheduler {
 mod tests {
     use super::*;
 
-    /// The Shap-E schedule's constants (spec §4.1, pitfall 15): f32 betas give
+    /// The Shap-E schedule's constants (`docs/shap-e.md`, "Scheduler"): f32 betas give
     /// σ_min = 0.10857096 and σ_max = 403.4215.
     #[test]
     fn shap_e_training_sigma_range() {
@@ -295,11 +295,11 @@ mod tests {
         assert!(s.windows(2).all(|w| w[0] > w[1]));
     }
 
-    /// The spec's 64-step table (shap-e.md §4.2, computed there by replicating diffusers in
-    /// numpy; printed to ~6 significant digits): step i's sigma and timestep, relative 1e-4.
+    /// The 64-step table (`docs/shap-e.md`, "Scheduler": computed by running diffusers'
+    /// scheduler; printed to ~6 significant digits): step i's sigma and timestep, relative 1e-4.
     #[test]
-    #[allow(clippy::excessive_precision)] // the table is copied verbatim from the spec
-    fn matches_the_spec_64_step_table() {
+    #[allow(clippy::excessive_precision)] // the table is copied verbatim
+    fn matches_the_64_step_table() {
         #[rustfmt::skip]
         let table: [(f32, f32); 64] = [
         (403.422, 1023.0000),

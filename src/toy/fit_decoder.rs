@@ -11,10 +11,10 @@
 use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
+use super::random::random_varmap;
 use super::world::WorldObject;
 use crate::autodiff::rng::Rng;
 use crate::mesh::colour::linear_to_srgb;
-use crate::models::random::random_varmap;
 use crate::shap_e::nerstf::{self, Level};
 use crate::shap_e::{Decoder, RendererConfig};
 
@@ -210,7 +210,7 @@ mod tests {
             let mesh = match crate::pipeline::extract_mesh(&fit.decoder, &z, 40, &Device::Cpu) {
                 Ok(m) => m,
                 Err(e) => {
-                    println!("{}: {e:#}", o.caption());
+                    println!("{}: {e:#}", crate::toy::caption(o.shape, o.colour));
                     continue;
                 }
             };
@@ -219,7 +219,7 @@ mod tests {
                     if i < 6 {
                         println!(
                             "{}: mean colour {:?} vs {:?} -> {:?}",
-                            o.caption(),
+                            crate::toy::caption(o.shape, o.colour),
                             c.mean_colour,
                             o.params.rgb,
                             c.colour
@@ -228,7 +228,7 @@ mod tests {
                     shape_ok += usize::from(c.shape == o.shape);
                     colour_ok += usize::from(c.colour == o.colour);
                 }
-                Err(e) => println!("{}: {e}", o.caption()),
+                Err(e) => println!("{}: {e}", crate::toy::caption(o.shape, o.colour)),
             }
         }
         println!(
@@ -269,7 +269,7 @@ mod tests {
         // The trained instance and one rebuilt from the saved values agree (no stale copies).
         let rebuilt = Decoder::new(
             VarBuilder::from_tensors(
-                crate::models::random::varmap_tensors(&fit.varmap)?,
+                crate::toy::random::varmap_tensors(&fit.varmap)?,
                 DType::F32,
                 &Device::Cpu,
             ),

@@ -1,4 +1,4 @@
-//! The embedded toy world (`shared/design/ARCHITECTURE.md`, "The embedded toy world"): a procedural world of
+//! The embedded toy world (README, "The toy world"): a procedural world of
 //! analytic shapes × colours with captions, the toy CLIP's tokenizer, and an evaluator that judges exported meshes
 //! against the analytic ground truth, without CLIP.
 //!
@@ -10,11 +10,15 @@
 //! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding;
 //! * [`render`]: decoder-like volume renders of analytic objects;
 //! * [`train_clip`], [`train_prior`]: contrastive CLIP and diffusion prior training;
+//! * [`random`]: random-weight model folders in the loaders' layout (tests, benches, training);
+//! * [`accuracy`]: `clipsculpt eval`, prior-only vs guided accuracy over prompts and seeds;
 //! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`.
 
+pub mod accuracy;
 pub mod caption;
 pub mod eval;
 pub mod fit_decoder;
+pub mod random;
 pub mod render;
 pub mod report;
 pub mod tokenizer;
@@ -24,6 +28,7 @@ pub mod train_prior;
 mod voxel;
 pub mod world;
 
+pub use accuracy::evaluate;
 pub use caption::{caption, captions, parse_caption};
 pub use eval::{classify, classify_with, Classification, EvalError, EvalOptions, ShapeScore};
 pub use report::{EvalRecord, EvalSummary, EvalTable, SplitSummary, UnknownPrompt};

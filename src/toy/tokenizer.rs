@@ -13,16 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::caption::all_captions;
-
-/// CLIP's pre-tokenizer pattern (the `pat` of OpenAI's `simple_tokenizer.py`).
-pub const CLIP_SPLIT: &str =
-    r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+";
-/// Start-of-text token.
-pub const BOS: &str = "<|startoftext|>";
-/// End-of-text token (also the unknown and padding token, as in CLIP).
-pub const EOS: &str = "<|endoftext|>";
-/// Marks the last symbol of a word.
-pub const END_OF_WORD: &str = "</w>";
+use crate::clip::tokenizer::{BOS, CLIP_SPLIT, END_OF_WORD, EOS};
 
 /// The toy tokenizer as `tokenizer.json` text (deterministic: the same bytes on every run).
 pub fn toy_tokenizer_json() -> String {

@@ -19,15 +19,15 @@ use serde_json::json;
 
 use super::caption::captions;
 use super::fit_decoder::{fit_decoder, FitSettings};
+use super::random::{
+    save_tensors, toy_clip_config, varmap_tensors, write_random_shap_e, ShapESizes,
+};
 use super::render::DensityModel;
 use super::train_clip::{train_clip, ClipTrainSettings};
 use super::train_prior::{train_prior, PriorTrainSettings};
 use super::world::{combinations, is_held_out, Colour, Shape, WorldObject};
 use crate::atomic::write_atomic;
 use crate::clip::{ClipConfig, ClipModel, ClipTokenizer};
-use crate::models::random::{
-    checksums, save_tensors, toy_clip_config, varmap_tensors, write_random_shap_e, ShapESizes,
-};
 use crate::shap_e::{
     PriorConfig, RendererConfig, SamplingDefaults, SchedulerConfig, SAMPLING_FILE,
 };
@@ -320,6 +320,35 @@ pub fn train_toy(
     });
     write_json(&out.join("MANIFEST.json"), &manifest)?;
     Ok(log)
+}
+
+/// FNV-1a 64-bit checksums of every file under `root` except the manifest and the training log
+/// (it holds timings), by relative path.
+pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(msg)? {
+            let path = entry.map_err(msg)?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path
+                .file_name()
+                .is_some_and(|n| n != "MANIFEST.json" && n != LOG_FILE)
+            {
+                let bytes = std::fs::read(&path).map_err(msg)?;
+                let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                    (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+                });
+                let rel = path.strip_prefix(root).map_err(msg)?;
+                out.insert(
+                    rel.to_string_lossy().replace('\\', "/"),
+                    format!("{hash:016x}"),
+                );
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -124,7 +124,7 @@ pub fn train_clip(
     dev: &Device,
     mut on_step: impl FnMut(usize, f32),
 ) -> Result<ClipTraining> {
-    let varmap = crate::models::random::random_varmap(s.seed, dev, |vb| ClipModel::new(vb, cfg))?;
+    let varmap = super::random::random_varmap(s.seed, dev, |vb| ClipModel::new(vb, cfg))?;
     let model = ClipModel::new(VarBuilder::from_varmap(&varmap, DType::F32, dev), cfg)?;
     let logit_scale = varmap
         .data()
@@ -258,7 +258,7 @@ pub fn tensors(varmap: &VarMap) -> Result<std::collections::HashMap<String, Tens
 mod tests {
     use super::*;
     use crate::clip::tokenizer::SpecialTokens;
-    use crate::models::random::{toy_clip_config, varmap_tensors};
+    use crate::toy::random::{toy_clip_config, varmap_tensors};
 
     /// A few steps on two combinations lower the loss, and a CLIP rebuilt from the saved values
     /// embeds exactly like the trained instance (no stale copies of trained weights).

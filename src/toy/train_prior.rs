@@ -9,10 +9,10 @@
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
+use super::random::random_varmap;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::guide::schedule::LrSchedule;
-use crate::models::random::random_varmap;
 use crate::shap_e::scheduler::training_sigmas;
 use crate::shap_e::{sampler, PriorConfig, PriorTransformer, SchedulerConfig};
 
@@ -149,7 +149,7 @@ mod tests {
             PriorTransformer::new(VarBuilder::from_varmap(&out.varmap, DType::F32, &dev), &cfg)?;
         let rebuilt = PriorTransformer::new(
             VarBuilder::from_tensors(
-                crate::models::random::varmap_tensors(&out.varmap)?,
+                crate::toy::random::varmap_tensors(&out.varmap)?,
                 DType::F32,
                 &dev,
             ),

@@ -1,5 +1,5 @@
-//! Voxelisation of a triangle mesh by ray parity along z columns (`shared/design/mesh.md` §4.2: "parity ray
-//! casting along grid columns"): a voxel centre is inside when a ray from it towards −z crosses the surface an odd
+//! Voxelisation of a triangle mesh by ray parity along z columns (`docs/mesh.md`, "Evaluation by
+//! voxelisation"): a voxel centre is inside when a ray from it towards −z crosses the surface an odd
 //! number of times. Column positions carry a tiny irrational offset so that rays do not hit shared edges or
 //! vertices exactly.
 

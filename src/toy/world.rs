@@ -265,11 +265,6 @@ impl WorldObject {
     pub fn colour(&self, _p: [f32; 3]) -> [f32; 3] {
         self.params.rgb
     }
-
-    /// The canonical caption, "a red cube".
-    pub fn caption(&self) -> String {
-        super::caption::caption(self.shape, self.colour)
-    }
 }
 
 impl Field for WorldObject {

@@ -16,7 +16,7 @@
 //! and VJP product, the loss head). The benchmark compares this prediction with the counting
 //! allocator.
 
-use super::policy::{Plan, PlanError, Segment};
+use super::plan::{Plan, PlanError, Segment};
 
 /// Memory costs of one block, measured or estimated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

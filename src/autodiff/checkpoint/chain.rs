@@ -6,7 +6,7 @@ use std::sync::Arc;
 use candle_core::{Result, Tensor, Var};
 
 use super::budget::BlockCost;
-use super::policy::Plan;
+use super::plan::Plan;
 use super::segment::checkpoint;
 use crate::autodiff::memory;
 

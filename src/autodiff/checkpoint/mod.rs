@@ -1,6 +1,7 @@
 //! Gradient checkpointing for candle: segments keep only their inputs in the forward pass and are
 //! recomputed once during backward.
 //!
+//! - [`plan`]: a [`Plan`], the chain cut into [`Segment`]s, each kept or recomputed;
 //! - [`policy`]: *what* to keep — none, every block, every k, √N, last N, or a byte budget — and
 //!   the [`Plan`] it yields for a chain.
 //! - [`segment`]: the mechanism — a checkpointed segment (several inputs, differentiable or not)
@@ -12,13 +13,15 @@
 
 pub mod budget;
 pub mod chain;
+pub mod plan;
 pub mod policy;
 pub mod residual_mlp;
 pub mod segment;
 
 pub use budget::{plan_for_budget, predicted_peak, BlockCost};
 pub use chain::{measure_costs, run_chain, Block};
-pub use policy::{Plan, PlanError, Policy, Segment};
+pub use plan::{Plan, PlanError, Segment};
+pub use policy::Policy;
 pub use residual_mlp::ResidualMlp;
 pub use segment::{checkpoint, chunk_ranges, chunked, SegmentFn};
 

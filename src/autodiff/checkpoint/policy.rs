@@ -1,10 +1,10 @@
 //! Checkpoint policies — *what* to keep — and the segment plans they produce for a chain of blocks.
 
 use std::fmt;
-use std::ops::Range;
 use std::str::FromStr;
 
 use super::budget::{self, BlockCost};
+use super::plan::{Plan, PlanError, Segment};
 use crate::autodiff::memory::parse_bytes;
 
 /// How a chain of N blocks is checkpointed.
@@ -103,62 +103,11 @@ impl fmt::Display for Policy {
     }
 }
 
-/// A run of consecutive blocks, recomputed in backward if `checkpointed`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Segment {
-    /// Block indices.
-    pub blocks: Range<usize>,
-    /// Keep only the input and recompute in backward (else keep the graph).
-    pub checkpointed: bool,
-}
-
-/// A partition of a chain into segments.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// Segments in chain order, covering every block once.
-    pub segments: Vec<Segment>,
-}
-
-impl Plan {
-    /// Segments of `k` blocks (the last may be shorter).
-    pub fn uniform(n: usize, k: usize, checkpointed: bool) -> Plan {
-        let segments = (0..n)
-            .step_by(k)
-            .map(|s| Segment {
-                blocks: s..(s + k).min(n),
-                checkpointed,
-            })
-            .collect();
-        Plan { segments }
+/// Written as its command-line form (`"blocks"`, `"budget:1024"`), as in `report.json`.
+impl serde::Serialize for Policy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
-
-    /// Blocks forwarded a second time during backward (the extra work over no checkpointing).
-    pub fn recomputed_blocks(&self) -> usize {
-        self.segments
-            .iter()
-            .filter(|s| s.checkpointed)
-            .map(|s| s.blocks.len())
-            .sum()
-    }
-
-    /// Number of kept segment inputs.
-    pub fn checkpoints(&self) -> usize {
-        self.segments.iter().filter(|s| s.checkpointed).count()
-    }
-}
-
-/// Why a plan could not be made.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
-    /// The budget policy was used without per-block costs.
-    #[error("the budget checkpoint policy needs per-block memory costs")]
-    CostsNeeded,
-    /// Costs were given for a different number of blocks.
-    #[error("{costs} block costs given for a chain of {blocks} blocks (bug)")]
-    CostsMismatch { blocks: usize, costs: usize },
-    /// Even checkpointing every block does not fit.
-    #[error("memory budget of {budget} bytes is too small: checkpointing every block still needs {needed} bytes; raise the budget or lower the batch/chunk size")]
-    BudgetTooSmall { budget: usize, needed: usize },
 }
 
 #[cfg(test)]

@@ -8,21 +8,23 @@
 use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::autodiff::vjp::attach;
 
-/// An elementwise activation, named as in the configs (`hidden_act`, `act_fn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// An elementwise activation, named as in the configs (`hidden_act`, `act_fn`,
+/// `time_embed_act_fn`): the one activation type of the crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
-    /// Exact GELU, `x·Φ(x)` with the error function (PyTorch `gelu`, diffusers `"gelu"`).
-    #[serde(alias = "gelu")]
+    /// Exact GELU, `x·Φ(x)` with the error function (PyTorch `gelu`, transformers'
+    /// `GELUActivation`, diffusers `"gelu"`), not the tanh form.
+    #[serde(rename = "gelu", alias = "gelu_erf")]
     GeluErf,
     /// GELU's tanh approximation (`gelu_new`, `gelu_pytorch_tanh`).
     #[serde(alias = "gelu_new", alias = "gelu_pytorch_tanh")]
     GeluTanh,
-    /// CLIP's `x·σ(1.702·x)`.
+    /// `x·σ(1.702·x)`, the approximation OpenAI's CLIP was trained with.
     QuickGelu,
     /// `x·σ(x)` (`silu`, `swish`).
     #[serde(alias = "swish")]
@@ -42,7 +44,7 @@ impl Activation {
         let y = match self {
             Activation::GeluErf => xd.gelu_erf()?,
             Activation::GeluTanh => xd.gelu()?,
-            Activation::QuickGelu => (&xd * sigmoid(&(&xd * 1.702)?)?)?,
+            Activation::QuickGelu => (&xd * candle_nn::ops::sigmoid(&(&xd * 1.702)?)?)?,
             Activation::Silu => xd.silu()?,
             Activation::Relu => xd.relu()?,
             Activation::Tanh => xd.tanh()?,

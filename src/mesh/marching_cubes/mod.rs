@@ -1,7 +1,7 @@
 //! Marching cubes over a [`Grid`], our own implementation (tables in [`super::tables`]).
 //!
 //! * **Padding.** The grid is padded on every side by one virtual layer of an outside value (Shap-E pads with −1,
-//!   `shared/design/shap-e.md` §5.4), so every surface closes, also where the field is inside at the box faces.
+//!   `docs/shap-e.md`, "Mesh extraction"), so every surface closes, also where the field is inside at the box faces.
 //! * **Vertices.** One vertex per crossed grid edge, shared by the cells around it (indexed output, no welding).
 //!   Inside means `value > level`; the vertex sits at `t = (v₁ − level)/(v₁ − v₂)` along the edge from its lower
 //!   to its upper end.

@@ -21,7 +21,7 @@ fn extract(g: &Grid, parallel: bool) -> Mesh {
 
 #[test]
 fn sphere_is_a_closed_genus_zero_solid_with_accurate_volume() {
-    // r = 0.8 at 128³: volume 4/3·π·r³ = 2.1447; MC chords lose ~0.02 % (mesh.md §4.3), we allow 1 %.
+    // r = 0.8 at 128³: volume 4/3·π·r³ = 2.1447; MC chords lose ~0.02 % (`docs/mesh.md`), we allow 1 %.
     let g = grid(128, |p| shapes::sphere(p, [0.0; 3], 0.8));
     let m = extract(&g, true);
     let s = m.stats();
@@ -33,7 +33,7 @@ fn sphere_is_a_closed_genus_zero_solid_with_accurate_volume() {
         "{} vs {exact}",
         s.signed_volume
     );
-    // Same V/F as skimage / VTK on this sphere (mesh.md §1.2), and F = 2V − 4.
+    // Same V/F as skimage / VTK on this sphere (`docs/mesh.md`, "Quality gates"), and F = 2V − 4.
     assert_eq!((m.positions.len(), m.faces.len()), (48_576, 97_148));
     for (p, n) in m.positions.iter().zip(&m.normals) {
         let r = (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt();
@@ -131,7 +131,7 @@ fn non_finite_values_are_rejected() {
 
 #[test]
 fn noise_stays_watertight_and_manifold() {
-    // Ambiguous faces everywhere: the consistent face rule must not crack (mesh.md §1.3).
+    // Ambiguous faces everywhere: the consistent face rule must not crack (`docs/mesh.md`, "Quality gates").
     let mut state = 0x2545_f491u32;
     let mut values = Vec::with_capacity(20 * 20 * 20);
     for _ in 0..20 * 20 * 20 {

@@ -13,11 +13,11 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use serde_json::json;
 
+use super::tokenizer::toy_tokenizer_json;
 use crate::atomic::write_atomic;
 use crate::autodiff::rng::Rng;
 use crate::clip::{ClipConfig, ClipModel, ClipTextConfig, ClipTextModelWithProjection};
 use crate::shap_e::{Decoder, PriorConfig, PriorTransformer, RendererConfig};
-use crate::toy::tokenizer::toy_tokenizer_json;
 
 /// Token ids of the toy tokenizer's specials and its vocabulary size.
 const TOY_VOCAB: usize = 575;
@@ -285,37 +285,6 @@ pub fn write_random_shap_e(root: &Path, sizes: ShapESizes, seed: u64) -> Result<
         seed + 2,
         |vb| Decoder::new(vb, &renderer_cfg),
     )
-}
-
-/// FNV-1a 64-bit checksums of every file under `root` except the manifest and the training log
-/// (it holds timings), by relative path.
-pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, String>> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).map_err(io)? {
-            let path = entry.map_err(io)?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path
-                .file_name()
-                .is_some_and(|n| n != "MANIFEST.json" && n != crate::toy::train::LOG_FILE)
-            {
-                let bytes = std::fs::read(&path).map_err(io)?;
-                let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                    (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-                });
-                let rel = path
-                    .strip_prefix(root)
-                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-                out.insert(
-                    rel.to_string_lossy().replace('\\', "/"),
-                    format!("{hash:016x}"),
-                );
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

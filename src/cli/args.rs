@@ -1,0 +1,129 @@
+//! Arguments several commands share, and their validation into [`RunSettings`].
+
+use anyhow::bail;
+use clap::Args as ClapArgs;
+
+use crate::autodiff::checkpoint::Policy;
+use crate::autodiff::memory::parse_bytes;
+use crate::guide::GuideSettings;
+use crate::mesh::Format;
+use crate::models::ModelSpec;
+use crate::pipeline::RunSettings;
+
+/// Which models to use.
+#[derive(Debug, Clone, ClapArgs)]
+pub(super) struct ModelArgs {
+    /// Shap-E pipeline: `toy` (embedded), a hub id such as openai/shap-e[@revision], or a folder.
+    #[arg(long, default_value = "toy")]
+    pub model: ModelSpec,
+    /// Scoring CLIP: `toy`, a hub id such as openai/clip-vit-base-patch16, or a folder.
+    #[arg(long, default_value = "toy")]
+    pub clip: ModelSpec,
+    /// A second, held-out CLIP that only scores the result (e.g. openai/clip-vit-base-patch32).
+    #[arg(long)]
+    pub eval_clip: Option<ModelSpec>,
+}
+
+/// Settings of one generation (shared by `generate`, `batch` and `eval`).
+#[derive(Debug, Clone, ClapArgs)]
+pub(super) struct GenerateArgs {
+    #[command(flatten)]
+    pub models: ModelArgs,
+    /// Random seed (prior noise, cameras, augmentations).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Prior sampling steps (Heun/Karras).
+    #[arg(long, default_value_t = 64)]
+    pub prior_steps: usize,
+    /// Classifier-free guidance scale of the prior [default: the model's sampling.json, else 15]
+    #[arg(long)]
+    pub guidance_scale: Option<f64>,
+    /// CLIP-guided optimization steps (0 = plain Shap-E).
+    #[arg(long, default_value_t = 30)]
+    pub steps: usize,
+    /// Peak learning rate of the latent optimizer.
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f64,
+    /// Random views rendered per optimization step.
+    #[arg(long, default_value_t = 2)]
+    pub views: usize,
+    /// Render resolution of each view (pixels per side).
+    #[arg(long, default_value_t = 32)]
+    pub resolution: usize,
+    /// Checkpoint policy for decoder chunks and CLIP blocks: none, blocks, sqrt, every:K, last:N.
+    #[arg(long, default_value = "blocks")]
+    pub checkpoint: Policy,
+    /// Memory budget, e.g. 6GiB: chooses chunk sizes and policy to fit, or refuses up front.
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory_budget: Option<usize>,
+    /// Marching-cubes grid size for the export.
+    #[arg(long, default_value_t = 96)]
+    pub grid: usize,
+    /// Output formats.
+    #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
+    pub formats: Vec<Format>,
+    /// Side in pixels of each of the 20 views in the before/after preview sheets.
+    #[arg(long, default_value_t = 48)]
+    pub preview_size: usize,
+}
+
+impl GenerateArgs {
+    /// Validated run settings; `--memory-budget` picks the ray chunk and the CLIP policy, or
+    /// refuses up front.
+    pub fn run_settings(&self) -> anyhow::Result<RunSettings> {
+        let a = self;
+        if a.resolution < 4 || a.resolution > 1024 {
+            bail!("--resolution {} is out of range (4..=1024)", a.resolution);
+        }
+        if a.views == 0 || a.grid < 8 || a.grid > 512 {
+            bail!("--views must be at least 1 and --grid within 8..=512");
+        }
+        if !(a.lr.is_finite() && a.lr > 0.0) {
+            bail!("--lr must be a positive number");
+        }
+        let samples = (32, 32);
+        let (chunk_rays, clip_policy) = self.memory_plan(samples)?;
+        let guide = GuideSettings {
+            steps: a.steps,
+            lr: a.lr,
+            views: a.views,
+            resolution: a.resolution,
+            samples,
+            chunk_rays,
+            clip_policy,
+            ..GuideSettings::default()
+        };
+        Ok(RunSettings {
+            seed: a.seed,
+            prior_steps: a.prior_steps,
+            guidance_scale: a.guidance_scale,
+            guide,
+            grid: a.grid,
+            preview_size: a.preview_size.clamp(8, 512),
+            formats: a.formats.clone(),
+        })
+    }
+
+    /// Rays per decoder chunk and the CLIP policy, from `--checkpoint` and `--memory-budget`.
+    fn memory_plan(&self, samples: (usize, usize)) -> anyhow::Result<(Option<usize>, Policy)> {
+        let rays = self.views * self.resolution * self.resolution;
+        Ok(match (self.memory_budget, self.checkpoint) {
+            (None, Policy::None) => (None, Policy::None),
+            (None, p) => (Some(1024.min(rays)), p),
+            (Some(budget), _) => {
+                // Per ray while a chunk is recomputed: its samples × the MLP's stored activations
+                // and backward temporaries (≈ 8 layers × 4 tensors of width ≤ 256, f32).
+                let per_ray = (samples.0 + samples.1) * 8 * 4 * 256 * 4;
+                let half = budget / 2;
+                let chunk = half / per_ray;
+                if chunk < 16 {
+                    bail!(
+                        "--memory-budget {budget} bytes is too small: a 16-ray decoder chunk alone needs about {} bytes",
+                        2 * 16 * per_ray
+                    );
+                }
+                (Some(chunk.min(rays)), Policy::Budget(half))
+            }
+        })
+    }
+}

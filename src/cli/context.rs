@@ -1,0 +1,108 @@
+//! What every command shares: the device, hub options, where the embedded models are, loading the
+//! models named on the command line, and output folders.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use candle_core::Device;
+
+use super::args::ModelArgs;
+use crate::atomic::write_atomic;
+use crate::batch::slug;
+use crate::clip::ClipScorer;
+use crate::device::DeviceSpec;
+use crate::models::{HubOptions, ModelKind, ModelSpec};
+use crate::pipeline::Models;
+
+/// The global options of a run and the environment, read once.
+pub(super) struct Context {
+    /// `--device`.
+    pub device: DeviceSpec,
+    /// `-q`: no progress bars or summaries.
+    pub quiet: bool,
+    /// Hub access (`HF_HUB_OFFLINE`, progress bars).
+    pub hub: HubOptions,
+}
+
+impl Context {
+    /// Reads `HF_HUB_OFFLINE` from the environment.
+    pub fn new(device: DeviceSpec, quiet: bool) -> Self {
+        let offline = std::env::var("HF_HUB_OFFLINE")
+            .map(|v| {
+                matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "1" | "true" | "yes" | "on"
+                )
+            })
+            .unwrap_or(false);
+        Self {
+            device,
+            quiet,
+            hub: HubOptions {
+                offline,
+                progress: !quiet,
+            },
+        }
+    }
+
+    /// Opens the compute device.
+    pub fn open_device(&self) -> anyhow::Result<Device> {
+        Ok(self.device.open()?)
+    }
+
+    /// A local folder holding the files of `spec` (downloaded unless offline).
+    pub fn resolve(&self, spec: &ModelSpec, kind: ModelKind) -> anyhow::Result<PathBuf> {
+        Ok(crate::models::resolve(spec, kind, &toy_roots(), &self.hub)?)
+    }
+
+    /// Loads the Shap-E pipeline and the scoring CLIP named by `m`.
+    pub fn load_models(&self, m: &ModelArgs, device: &Device) -> anyhow::Result<Models> {
+        let shap_e = self
+            .resolve(&m.model, ModelKind::ShapE)
+            .with_context(|| format!("resolving --model {}", m.model))?;
+        let clip = self
+            .resolve(&m.clip, ModelKind::Clip)
+            .with_context(|| format!("resolving --clip {}", m.clip))?;
+        let mut models = Models::load(&shap_e, &clip, device)?;
+        if let Some(spec) = &m.eval_clip {
+            let dir = self
+                .resolve(spec, ModelKind::Clip)
+                .with_context(|| format!("resolving --eval-clip {spec}"))?;
+            let scorer = ClipScorer::load(&dir, device)
+                .with_context(|| format!("loading the held-out CLIP in {}", dir.display()))?;
+            models.held_out = Some(scorer);
+        }
+        Ok(models)
+    }
+}
+
+/// `outputs/<slug>-<seed>`, the default output folder of one prompt.
+pub(super) fn default_out(prompt: &str, seed: u64) -> PathBuf {
+    PathBuf::from("outputs").join(format!("{}-{seed}", slug(prompt)))
+}
+
+/// Creates `dir` and proves it writable before any work starts.
+pub(super) fn ensure_writable(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the output folder {}", dir.display()))?;
+    let probe = dir.join(".clipsculpt-write-test");
+    write_atomic(&probe, b"ok")
+        .with_context(|| format!("the output folder {} is not writable", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+/// The folders searched, in order, for the embedded toy models: `assets/toy` in the source tree
+/// the binary was built from, then `assets/toy` beside the binary.
+pub(super) fn toy_roots() -> Vec<PathBuf> {
+    let mut roots = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("assets")
+        .join("toy")];
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        roots.push(dir.join("assets").join("toy"));
+    }
+    roots
+}

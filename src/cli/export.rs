@@ -1,0 +1,57 @@
+//! `clipsculpt export`: decode a saved latent to mesh files.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use candle_core::DType;
+use clap::Args as ClapArgs;
+
+use super::args::ModelArgs;
+use super::context::{ensure_writable, Context};
+use super::EXIT_OK;
+use crate::mesh::{self, Format};
+use crate::models::ModelKind;
+use crate::pipeline::LatentField;
+use crate::shap_e::{load_latent, ShapE};
+
+/// Decode a saved latent to GLB/PLY/OBJ.
+#[derive(Debug, ClapArgs)]
+pub(super) struct Export {
+    /// A latent saved by `sample` or `generate` (.safetensors).
+    latent: PathBuf,
+    #[command(flatten)]
+    models: ModelArgs,
+    /// Marching-cubes grid size.
+    #[arg(long, default_value_t = 128)]
+    grid: usize,
+    /// Output formats.
+    #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
+    formats: Vec<Format>,
+    /// Output folder (default: the latent's folder).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl Export {
+    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+        let device = cx.open_device()?;
+        let z = load_latent(&self.latent, &device)?;
+        let dir = cx.resolve(&self.models.model, ModelKind::ShapE)?;
+        let shap_e = ShapE::load(&dir, DType::F32, &device)
+            .with_context(|| format!("loading {}", dir.display()))?;
+        let out = self
+            .out
+            .unwrap_or_else(|| self.latent.parent().map(PathBuf::from).unwrap_or_default());
+        ensure_writable(&out)?;
+        let field = LatentField {
+            decoder: &shap_e.decoder,
+            latent: z,
+        };
+        let report = mesh::export_field(&field, &device, self.grid, &self.formats, &out, "mesh")?;
+        for f in &report.files {
+            println!("{}", f.display());
+        }
+        Ok(ExitCode::from(EXIT_OK))
+    }
+}

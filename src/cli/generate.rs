@@ -1,0 +1,55 @@
+//! `clipsculpt generate`: one prompt → mesh, previews, latents and `report.json`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args as ClapArgs;
+
+use super::args::GenerateArgs;
+use super::context::{default_out, ensure_writable, Context};
+use super::progress::StageBar;
+use super::EXIT_OK;
+use crate::batch::check_prompt;
+use crate::pipeline;
+
+/// Generate a mesh from one prompt (prior sample + CLIP-guided optimization + export).
+#[derive(Debug, ClapArgs)]
+pub(super) struct Generate {
+    /// The text prompt, e.g. "a red cube".
+    prompt: String,
+    #[command(flatten)]
+    settings: GenerateArgs,
+    /// Output folder (default outputs/<slug>-<seed>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl Generate {
+    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+        let Self {
+            prompt,
+            settings,
+            out,
+        } = self;
+        check_prompt(&prompt).map_err(anyhow::Error::msg)?;
+        let device = cx.open_device()?;
+        let run = settings.run_settings()?;
+        let out = out.unwrap_or_else(|| default_out(&prompt, settings.seed));
+        ensure_writable(&out)?;
+        let models = cx.load_models(&settings.models, &device)?;
+        let bar = StageBar::new(cx.quiet);
+        let report = pipeline::generate(&models, &prompt, &run, &out, &device, |p| bar.update(p))?;
+        bar.finish();
+        if !cx.quiet {
+            println!(
+                "{prompt:?}: CLIP cosine {:.3} → {:.3} ({} steps, {} skipped) in {}",
+                report.score_before,
+                report.score_after,
+                report.trace.cosine.len(),
+                report.trace.skipped,
+                out.display()
+            );
+        }
+        Ok(ExitCode::from(EXIT_OK))
+    }
+}

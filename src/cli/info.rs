@@ -1,0 +1,70 @@
+//! `clipsculpt info`: the environment defaults and a description of the models named.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args as ClapArgs;
+
+use super::context::{toy_roots, Context};
+use super::EXIT_OK;
+use crate::models::{ModelKind, ModelSpec};
+
+/// Show a model's configuration and parameter count, and the environment defaults.
+#[derive(Debug, ClapArgs)]
+pub(super) struct Info {
+    /// A CLIP model to describe.
+    #[arg(long)]
+    clip: Option<ModelSpec>,
+    /// A Shap-E pipeline to describe.
+    #[arg(long)]
+    model: Option<ModelSpec>,
+}
+
+impl Info {
+    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+        println!("device: {}", cx.device);
+        println!(
+            "hf cache: HF_HUB_OFFLINE={} (cache in $HF_HOME, default ~/.cache/huggingface)",
+            cx.hub.offline
+        );
+        let roots = toy_roots();
+        match roots.iter().find(|r| r.is_dir()) {
+            Some(r) => println!("toy models: {}", r.display()),
+            None => println!(
+                "toy models: not found (looked in {})",
+                roots
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+        if let Some(spec) = self.clip {
+            let dir = cx
+                .resolve(&spec, ModelKind::Clip)
+                .with_context(|| format!("resolving CLIP model {spec}"))?;
+            println!("\nCLIP {spec} ({})", dir.display());
+            let text = crate::clip::describe(&dir)
+                .with_context(|| format!("reading {}", dir.display()))?;
+            println!("{text}");
+        }
+        if let Some(spec) = self.model {
+            let dir = cx
+                .resolve(&spec, ModelKind::ShapE)
+                .with_context(|| format!("resolving Shap-E model {spec}"))?;
+            println!("\nShap-E {spec} ({})", dir.display());
+            let text = crate::shap_e::describe(&dir)
+                .with_context(|| format!("reading {}", dir.display()))?;
+            println!("{text}");
+            let encoder = dir.join("text_encoder");
+            match crate::clip::describe(&encoder) {
+                Ok(d) => {
+                    println!("  text encoder:");
+                    d.lines().for_each(|l| println!("    {l}"));
+                }
+                Err(e) => println!("  text encoder: {e}"),
+            }
+        }
+        Ok(ExitCode::from(EXIT_OK))
+    }
+}

@@ -1,0 +1,114 @@
+//! Command-line interface: clap arguments, validation into settings, dispatch, exit codes. One
+//! file per subcommand; shared arguments in [`args`], model loading and output folders in
+//! [`context`], progress bars in [`progress`].
+//!
+//! Exit codes: 0 success; 1 some batch items failed; 2 usage or setup error (bad arguments, bad
+//! input files, missing weights, a feature that is not available yet).
+
+mod args;
+mod batch;
+mod context;
+mod download;
+mod eval;
+mod export;
+mod generate;
+mod info;
+mod progress;
+mod sample;
+mod train_toy;
+
+use std::process::ExitCode;
+
+use clap::{Args as ClapArgs, Parser, Subcommand};
+
+use crate::device::DeviceSpec;
+use context::Context;
+
+/// Exit code: everything succeeded.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: a batch finished but some items failed (see the manifest).
+pub const EXIT_PARTIAL: u8 = 1;
+/// Exit code: usage or setup error; nothing was produced.
+pub const EXIT_SETUP: u8 = 2;
+
+/// Text prompt → 3D mesh (GLB, PLY, OBJ) via a Shap-E prior and CLIP-guided optimization.
+#[derive(Debug, Parser)]
+#[command(name = "clipsculpt", version, about, long_about = None)]
+#[command(
+    after_help = "Exit codes: 0 success, 1 some batch items failed, 2 usage or setup error.\n\
+Environment: RUST_LOG (log filter), HF_HOME (hub cache), HF_HUB_OFFLINE=1 (cache only),\n\
+SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX (default --shard for batch)."
+)]
+pub struct Args {
+    #[command(flatten)]
+    log: LogArgs,
+    /// Compute device: cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
+    #[arg(long, global = true, default_value = "cpu")]
+    device: DeviceSpec,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Logging verbosity; `RUST_LOG` overrides both flags.
+#[derive(Debug, ClapArgs)]
+struct LogArgs {
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Only errors; no progress bars.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate a mesh from one prompt (prior sample + CLIP-guided optimization + export).
+    Generate(generate::Generate),
+    /// Run every prompt of a file (resumable, shardable).
+    Batch(batch::Batch),
+    /// Plain Shap-E sampling without guidance: latent + contact sheet.
+    Sample(sample::Sample),
+    /// Decode a saved latent to GLB/PLY/OBJ.
+    Export(export::Export),
+    /// Toy-world evaluation: prior-only vs guided shape/colour accuracy, seen vs held-out.
+    Eval(eval::Eval),
+    /// Train the embedded toy world (decoder, CLIP, prior) from a seed into a folder.
+    TrainToy(train_toy::TrainToy),
+    /// Show a model's configuration and parameter count, and the environment defaults.
+    Info(info::Info),
+    /// Download a model's files into the Hugging Face cache (HF_HOME).
+    Download(download::Download),
+}
+
+/// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
+pub fn init_tracing(args: &Args) {
+    let default = match (args.log.quiet, args.log.verbose) {
+        (true, _) => "error",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Runs the parsed command and returns the process exit code.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let cx = Context::new(args.device, args.log.quiet);
+    match args.command {
+        Command::Generate(c) => c.run(&cx),
+        Command::Batch(c) => c.run(&cx),
+        Command::Sample(c) => c.run(&cx),
+        Command::Export(c) => c.run(&cx),
+        Command::Eval(c) => c.run(&cx),
+        Command::TrainToy(c) => c.run(&cx),
+        Command::Info(c) => c.run(&cx),
+        Command::Download(c) => c.run(&cx),
+    }
+}

@@ -1,0 +1,72 @@
+//! `clipsculpt sample`: plain Shap-E, a prior sample and its contact sheet.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args as ClapArgs;
+
+use super::args::ModelArgs;
+use super::context::{default_out, ensure_writable, Context};
+use super::EXIT_OK;
+use crate::atomic::write_atomic;
+use crate::autodiff::rng::Rng;
+use crate::batch::check_prompt;
+use crate::pipeline::stream;
+use crate::render::{contact_sheet, RenderSettings};
+use crate::shap_e::save_latent;
+
+/// Plain Shap-E sampling without guidance: latent + contact sheet.
+#[derive(Debug, ClapArgs)]
+pub(super) struct Sample {
+    /// The text prompt.
+    prompt: String,
+    #[command(flatten)]
+    models: ModelArgs,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Prior sampling steps.
+    #[arg(long, default_value_t = 64)]
+    prior_steps: usize,
+    /// Classifier-free guidance scale [default: the model's sampling.json, else 15]
+    #[arg(long)]
+    guidance_scale: Option<f64>,
+    /// Output folder (default outputs/<slug>-<seed>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl Sample {
+    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+        check_prompt(&self.prompt).map_err(anyhow::Error::msg)?;
+        let device = cx.open_device()?;
+        let out = self
+            .out
+            .unwrap_or_else(|| default_out(&self.prompt, self.seed));
+        ensure_writable(&out)?;
+        let models = cx.load_models(&self.models, &device)?;
+        let rng = Rng::new(self.seed);
+        let z = models.sample(
+            &self.prompt,
+            self.prior_steps,
+            self.guidance_scale,
+            &mut rng.fork(stream::PRIOR),
+            &device,
+        )?;
+        let latent = out.join("latent.safetensors");
+        save_latent(&latent, &z)?;
+        let settings = RenderSettings {
+            n_coarse: 64,
+            n_fine: 128,
+            chunk_rays: Some(4096),
+            background: None,
+        };
+        let mut preview_rng = rng.fork(stream::PREVIEW);
+        let png = contact_sheet(&models.shap_e.decoder, &z, 64, &settings, &mut preview_rng)?;
+        let sheet = out.join("views.png");
+        write_atomic(&sheet, &png).with_context(|| format!("writing {}", sheet.display()))?;
+        println!("{}\n{}", latent.display(), sheet.display());
+        Ok(ExitCode::from(EXIT_OK))
+    }
+}

@@ -1,0 +1,428 @@
+//! One checking backend for every loader. A [`WeightFile`] is a validated weight file: a
+//! safetensors file whose header must account for every byte (a truncated download is named with
+//! expected and actual sizes), memory-mapped; or a PyTorch pickle (`.bin`, `.pt`, `.pth`) read
+//! through candle's pickle reader. Models are built on a VarBuilder backend that records every key
+//! the constructors ask for, so all missing, mis-shaped or non-float tensors are reported together;
+//! float keys the model never asks for come back in [`Loaded::unused`]. f16/bf16 are upcast to the
+//! requested dtype.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Shape, Tensor};
+use candle_nn::var_builder::SimpleBackend;
+use candle_nn::VarBuilder;
+use serde::Deserialize;
+
+use super::error::LoadError;
+use super::problem::TensorProblem;
+
+/// A model built from a weight file, with the keys of the file it did not read.
+#[derive(Debug)]
+pub struct Loaded<T> {
+    /// The model.
+    pub model: T,
+    /// Float keys in the file that the model did not ask for, sorted.
+    pub unused: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HeaderEntry {
+    dtype: String,
+    shape: Vec<usize>,
+    data_offsets: [u64; 2],
+}
+
+/// Where the tensor data lives.
+enum Data {
+    /// A memory-mapped safetensors file.
+    Mmap(MmapedSafetensors),
+    /// Tensors read into memory (pickles, and in-memory tests).
+    Memory(HashMap<String, Tensor>),
+}
+
+/// A validated weight file: its header (name → dtype, shape) and its data.
+pub struct WeightFile {
+    path: PathBuf,
+    header: HashMap<String, (String, Vec<usize>)>,
+    data: Data,
+}
+
+fn is_float_name(dtype: &str) -> bool {
+    matches!(dtype, "F16" | "BF16" | "F32" | "F64")
+}
+
+fn dtype_name(dtype: DType) -> String {
+    format!("{dtype:?}").to_ascii_uppercase()
+}
+
+impl WeightFile {
+    /// Opens `path`: a `.safetensors` file (size-checked and mapped) or a pickle.
+    pub fn open(path: &Path) -> Result<Self, LoadError> {
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            Self::open_safetensors(path)
+        } else {
+            Self::open_pickle(path)
+        }
+    }
+
+    /// Wraps tensors already in memory, as if read from `path`.
+    pub fn from_tensors(path: &Path, tensors: HashMap<String, Tensor>) -> Self {
+        let header = tensors
+            .iter()
+            .map(|(k, t)| (k.clone(), (dtype_name(t.dtype()), t.dims().to_vec())))
+            .collect();
+        Self {
+            path: path.to_path_buf(),
+            header,
+            data: Data::Memory(tensors),
+        }
+    }
+
+    fn open_pickle(path: &Path) -> Result<Self, LoadError> {
+        let weights_err = |source| LoadError::Weights {
+            path: path.to_path_buf(),
+            source,
+        };
+        let pth = candle_core::pickle::PthTensors::new(path, None).map_err(weights_err)?;
+        let names: Vec<String> = pth
+            .tensor_infos()
+            .iter()
+            .filter(|(_, info)| is_float_name(&dtype_name(info.dtype)))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut tensors = HashMap::new();
+        for name in names {
+            if let Some(t) = pth.get(&name).map_err(weights_err)? {
+                tensors.insert(name, t);
+            }
+        }
+        Ok(Self::from_tensors(path, tensors))
+    }
+
+    fn open_safetensors(path: &Path) -> Result<Self, LoadError> {
+        let corrupt = |reason: String| LoadError::Corrupt {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let io = |source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let truncated = |expected, actual| LoadError::Truncated {
+            path: path.to_path_buf(),
+            expected,
+            actual,
+        };
+        let mut f = std::fs::File::open(path).map_err(io)?;
+        let actual = f.metadata().map_err(io)?.len();
+        let mut len = [0u8; 8];
+        if actual < 8 {
+            return Err(truncated(8, actual));
+        }
+        f.read_exact(&mut len).map_err(io)?;
+        let n = u64::from_le_bytes(len);
+        if n > 100 << 20 {
+            return Err(corrupt(format!("header of {n} bytes is implausibly large")));
+        }
+        if actual < 8 + n {
+            return Err(truncated(8 + n, actual));
+        }
+        let mut raw = vec![0u8; n as usize];
+        f.read_exact(&mut raw).map_err(io)?;
+        let entries: BTreeMap<String, serde_json::Value> =
+            serde_json::from_slice(&raw).map_err(|e| corrupt(format!("unreadable header: {e}")))?;
+        let mut header = HashMap::new();
+        let mut data_end = 0u64;
+        for (name, v) in entries {
+            if name == "__metadata__" {
+                continue;
+            }
+            let e: HeaderEntry = serde_json::from_value(v)
+                .map_err(|e| corrupt(format!("header entry {name}: {e}")))?;
+            data_end = data_end.max(e.data_offsets[1]);
+            header.insert(name, (e.dtype, e.shape));
+        }
+        let expected = 8 + n + data_end;
+        if actual < expected {
+            return Err(truncated(expected, actual));
+        }
+        // SAFETY: the file is mapped read-only; like every mmap-based loader we rely on it not
+        // being truncated or rewritten while the model loads (its size was just checked).
+        let file = unsafe { MmapedSafetensors::new(path) }.map_err(|e| corrupt(e.to_string()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            header,
+            data: Data::Mmap(file),
+        })
+    }
+
+    /// The file this was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Float keys of the file.
+    fn float_keys(&self) -> impl Iterator<Item = &String> {
+        self.header
+            .iter()
+            .filter(|(_, (dt, _))| is_float_name(dt))
+            .map(|(k, _)| k)
+    }
+
+    fn load(&self, name: &str, dev: &Device) -> candle_core::Result<Tensor> {
+        match &self.data {
+            Data::Mmap(f) => f.load(name, dev),
+            Data::Memory(m) => match m.get(name) {
+                Some(t) => t.to_device(dev),
+                None => candle_core::bail!("cannot find tensor {name}"),
+            },
+        }
+    }
+
+    /// Runs `build` on a checking backend with tensors of `dtype`; returns all tensor problems at
+    /// once if there are any, else the model and the float keys it did not read.
+    pub fn build<T>(
+        self,
+        dtype: DType,
+        device: &Device,
+        build: impl FnOnce(VarBuilder<'static>) -> candle_core::Result<T>,
+    ) -> Result<Loaded<T>, LoadError> {
+        let path = self.path.clone();
+        let backend = Shared(Arc::new(CheckingBackend::new(Some(self))));
+        let vb = VarBuilder::from_backend(Box::new(backend.clone()), dtype, device.clone());
+        let built = build(vb);
+        let problems = backend.take_problems();
+        if !problems.is_empty() {
+            return Err(LoadError::Tensors { path, problems });
+        }
+        let model = built.map_err(|source| LoadError::Build {
+            path: path.clone(),
+            source,
+        })?;
+        let used = backend.used();
+        let mut unused: Vec<String> = match &backend.weights {
+            Some(w) => w
+                .float_keys()
+                .filter(|k| !used.contains(*k))
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        unused.sort();
+        Ok(Loaded { model, unused })
+    }
+}
+
+/// The number of parameters `build` asks for, counted on a dry backend (zero views, nothing read).
+pub fn count_parameters<T>(
+    build: impl FnOnce(VarBuilder<'static>) -> candle_core::Result<T>,
+) -> candle_core::Result<usize> {
+    let dry = Shared(Arc::new(CheckingBackend::new(None)));
+    let vb = VarBuilder::from_backend(Box::new(dry.clone()), DType::F32, Device::Cpu);
+    build(vb)?;
+    Ok(dry.requested.load(Ordering::Relaxed))
+}
+
+/// A VarBuilder backend that serves tensors from a [`WeightFile`] (converted to the requested
+/// dtype) and records every problem instead of stopping at the first, handing out a zero-stride
+/// placeholder (no allocation) after one. Without a file ("dry") it serves placeholders; both
+/// count the requested elements.
+struct CheckingBackend {
+    weights: Option<WeightFile>,
+    problems: Mutex<Vec<TensorProblem>>,
+    used: Mutex<BTreeSet<String>>,
+    requested: AtomicUsize,
+}
+
+impl CheckingBackend {
+    fn new(weights: Option<WeightFile>) -> Self {
+        Self {
+            weights,
+            problems: Mutex::default(),
+            used: Mutex::default(),
+            requested: AtomicUsize::new(0),
+        }
+    }
+
+    fn take_problems(&self) -> Vec<TensorProblem> {
+        std::mem::take(
+            &mut *self
+                .problems
+                .lock()
+                .expect("problem list lock poisoned (bug)"), // ok: no thread panics while holding it
+        )
+    }
+
+    /// Keys asked for so far.
+    fn used(&self) -> BTreeSet<String> {
+        self.used
+            .lock()
+            .expect("used-key lock poisoned (bug)") // ok: no thread panics while holding it
+            .clone()
+    }
+
+    fn mark_used(&self, name: &str) {
+        self.used
+            .lock()
+            .expect("used-key lock poisoned (bug)") // ok: no thread panics while holding it
+            .insert(name.to_string());
+    }
+
+    fn problem(&self, p: TensorProblem) {
+        self.problems
+            .lock()
+            .expect("problem list lock poisoned (bug)") // ok: no thread panics while holding it
+            .push(p);
+    }
+
+    /// A zero tensor of `shape` that owns one element (a stand-in after a problem).
+    fn placeholder(shape: &Shape, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+        Tensor::zeros((), dtype, dev)?.broadcast_as(shape)
+    }
+}
+
+/// A shared handle, so the problems can be read after the VarBuilder is gone.
+#[derive(Clone)]
+struct Shared(Arc<CheckingBackend>);
+
+impl std::ops::Deref for Shared {
+    type Target = CheckingBackend;
+    fn deref(&self) -> &CheckingBackend {
+        &self.0
+    }
+}
+
+impl SimpleBackend for Shared {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        _: candle_nn::Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        self.mark_used(name);
+        self.requested.fetch_add(s.elem_count(), Ordering::Relaxed);
+        let Some(w) = &self.weights else {
+            return CheckingBackend::placeholder(&s, dtype, dev);
+        };
+        let expected = s.dims().to_vec();
+        match w.header.get(name) {
+            None => self.problem(TensorProblem::Missing {
+                name: name.into(),
+                expected,
+            }),
+            Some((_, found)) if found != &expected => self.problem(TensorProblem::Shape {
+                name: name.into(),
+                expected,
+                found: found.clone(),
+            }),
+            Some((dt, _)) if !is_float_name(dt) => self.problem(TensorProblem::DType {
+                name: name.into(),
+                found: dt.clone(),
+            }),
+            Some(_) => return w.load(name, dev)?.to_dtype(dtype),
+        }
+        CheckingBackend::placeholder(&s, dtype, dev)
+    }
+
+    fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+        match &self.weights {
+            Some(w) => {
+                self.mark_used(name);
+                w.load(name, dev)?.to_dtype(dtype)
+            }
+            None => candle_core::bail!("no weights to read {name} from"),
+        }
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.weights
+            .as_ref()
+            .is_some_and(|w| w.header.contains_key(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::find_weights;
+
+    /// Two missing keys and one wrong shape are all reported, with expected and found shapes.
+    #[test]
+    fn lists_every_problem() {
+        let dev = Device::Cpu;
+        let mut ts = HashMap::new();
+        ts.insert(
+            "a.weight".to_string(),
+            Tensor::zeros((2, 3), DType::F32, &dev).unwrap(),
+        );
+        ts.insert(
+            "extra".to_string(),
+            Tensor::zeros(1, DType::F32, &dev).unwrap(),
+        );
+        let file = WeightFile::from_tensors(Path::new("w.safetensors"), ts);
+        let err = file
+            .build(DType::F32, &dev, |vb| {
+                vb.get((3, 3), "a.weight")?;
+                vb.get(4, "b.bias")?;
+                vb.get((1, 2), "c.weight")
+            })
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("tensor a.weight has shape [2, 3], expected [3, 3]"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("missing tensor b.bias (expected shape [4])"),
+            "{msg}"
+        );
+        assert!(msg.contains("missing tensor c.weight"), "{msg}");
+        assert!(
+            msg.starts_with("w.safetensors does not match its config (3 tensor problem(s))"),
+            "{msg}"
+        );
+    }
+
+    /// fp16 is upcast, an int64 tensor is neither read nor reported unused, and an unread float
+    /// key is reported.
+    #[test]
+    fn reports_unused_keys_and_upcasts_fp16() {
+        let dev = Device::Cpu;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("diffusion_pytorch_model.fp16.safetensors");
+        let mut ts = HashMap::new();
+        ts.insert("w".to_string(), Tensor::ones(3, DType::F16, &dev).unwrap());
+        ts.insert(
+            "clip_mean".to_string(),
+            Tensor::ones(2, DType::F16, &dev).unwrap(),
+        );
+        ts.insert(
+            "idx".to_string(),
+            Tensor::ones(2, DType::I64, &dev).unwrap(),
+        );
+        candle_core::safetensors::save(&ts, &p).unwrap();
+        let found = find_weights(dir.path(), &crate::weights::files::DIFFUSERS_WEIGHTS).unwrap();
+        assert_eq!(found, p);
+        let loaded = WeightFile::open(&p)
+            .unwrap()
+            .build(DType::F32, &dev, |vb| vb.get(3, "w"))
+            .unwrap();
+        assert_eq!(loaded.model.dtype(), DType::F32);
+        assert_eq!(loaded.unused, vec!["clip_mean".to_string()]);
+        let err = WeightFile::open(&p)
+            .unwrap()
+            .build(DType::F32, &dev, |vb| vb.get(2, "idx"))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("tensor idx has dtype I64"),
+            "{err}"
+        );
+    }
+}

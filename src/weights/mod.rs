@@ -1,0 +1,14 @@
+//! Weight files, for every architecture: which file names a model folder may hold ([`files`]),
+//! opening and validating one (safetensors through a memory map, or a PyTorch pickle), and
+//! building a model on a checking backend that reports every missing, mis-shaped or non-float
+//! tensor at once ([`WeightFile::build`] → [`Loaded`]). Errors at this boundary are [`LoadError`].
+
+mod backend;
+mod error;
+pub mod files;
+mod problem;
+
+pub use backend::{count_parameters, Loaded, WeightFile};
+pub use error::LoadError;
+pub use files::find_weights;
+pub use problem::TensorProblem;
