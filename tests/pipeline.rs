@@ -13,19 +13,21 @@ use clipsculpt::toy::random::{
     toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes,
 };
 
+/// A Shap-E pipeline small enough to run in a test.
+const SIZES: ShapESizes = ShapESizes {
+    d_hidden: 8,
+    d_latent: 16,
+    prior_layers: 1,
+    prior_width: None,
+    text_width: 16,
+};
+
 /// Regression: the extracted mesh carries the decoder's colours (the evaluator once judged every
 /// mesh grey because the colours were never sampled).
 #[test]
 fn extracted_meshes_carry_the_field_colours() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let sizes = ShapESizes {
-        d_hidden: 8,
-        d_latent: 16,
-        prior_layers: 1,
-        prior_width: None,
-        text_width: 16,
-    };
-    write_random_shap_e(dir.path(), sizes, 5)?;
+    write_random_shap_e(dir.path(), SIZES, 5)?;
     let shap_e = ShapE::load(dir.path(), DType::F32, &Device::Cpu)?;
     let rows = shap_e.decoder.config().latent_rows();
     let z = (Rng::new(1).normal_tensor(&[1, rows, 16], &Device::Cpu)? * 3.0)?;
@@ -50,14 +52,7 @@ fn extracted_meshes_carry_the_field_colours() -> Result<()> {
 #[test]
 fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let sizes = ShapESizes {
-        d_hidden: 8,
-        d_latent: 16,
-        prior_layers: 1,
-        prior_width: None,
-        text_width: 16,
-    };
-    write_random_shap_e(&dir.path().join("shap_e"), sizes, 1)?;
+    write_random_shap_e(&dir.path().join("shap_e"), SIZES, 1)?;
     write_random_clip(&dir.path().join("clip"), &toy_clip_config(16, 1, 16, 4), 2)?;
     let dev = Device::Cpu;
     let models = Models::load(&dir.path().join("shap_e"), &dir.path().join("clip"), &dev)?;

@@ -169,9 +169,8 @@ impl ClipTokenizer {
     }
 }
 
-/// The `pad_token_id` written in a CLIP `config.json` (`text_config.pad_token_id`, else the
-/// top-level one of a text-only config); `None` when the file or the key is absent.
-fn config_pad_id(path: &Path) -> Result<Option<u32>, LoadError> {
+/// The JSON document in `path`; `None` when the file is absent.
+fn read_json(path: &Path) -> Result<Option<Value>, LoadError> {
     if !path.is_file() {
         return Ok(None);
     }
@@ -179,10 +178,20 @@ fn config_pad_id(path: &Path) -> Result<Option<u32>, LoadError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let v: Value = serde_json::from_str(&text).map_err(|source| LoadError::Config {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|source| LoadError::Config {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// The `pad_token_id` written in a CLIP `config.json` (`text_config.pad_token_id`, else the
+/// top-level one of a text-only config); `None` when the file or the key is absent.
+fn config_pad_id(path: &Path) -> Result<Option<u32>, LoadError> {
+    let Some(v) = read_json(path)? else {
+        return Ok(None);
+    };
     let id = v
         .get("text_config")
         .and_then(|t| t.get("pad_token_id"))
@@ -217,17 +226,9 @@ impl SpecialTokens {
     /// `tokenizer_config.json`; a missing file or key keeps the default.
     pub fn read(path: &Path) -> Result<Self, LoadError> {
         let mut special = Self::default();
-        if !path.is_file() {
+        let Some(v) = read_json(path)? else {
             return Ok(special);
-        }
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let v: Value = serde_json::from_str(&text).map_err(|source| LoadError::Config {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        };
         let token = |key: &str| match v.get(key) {
             Some(Value::String(s)) => Some(s.clone()),
             Some(Value::Object(o)) => o.get("content").and_then(Value::as_str).map(String::from),
