@@ -14,7 +14,7 @@ use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::render::{self, pan_cameras, Camera, RayDraws, RenderSettings};
 use clipsculpt::shap_e::config::read_config;
 use clipsculpt::shap_e::{
-    load_prior, sample_latents, sample_latents_from, Decoder, HeunDiscreteScheduler, LoadError,
+    initial_noise, load_prior, sample_latents_from, Decoder, HeunDiscreteScheduler, LoadError,
     RendererConfig, SchedulerConfig,
 };
 
@@ -162,8 +162,12 @@ fn sample_latents_is_seeded_and_bounded() {
         .unwrap()
         .model;
     let text = Tensor::ones((1, 16), DType::F32, &Device::Cpu).unwrap();
-    let a = sample_latents(&prior, &text, 3, 15.0, &mut Rng::new(5)).unwrap();
-    let b = sample_latents(&prior, &text, 3, 15.0, &mut Rng::new(5)).unwrap();
+    let sample = |seed| {
+        let noise = initial_noise(&prior, &text, &mut Rng::new(seed)).unwrap();
+        let sched = SchedulerConfig::shap_e();
+        sample_latents_from(&prior, &sched, &text, &noise, 3, 15.0).unwrap()
+    };
+    let (a, b) = (sample(5), sample(5));
     assert_eq!(a.dims(), &[1, 32, 16]);
     assert_eq!(max_abs(&a, &b), 0.0);
     let m = a

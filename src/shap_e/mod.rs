@@ -23,5 +23,5 @@ pub use error::LoadError;
 pub use latent::{load_latent, save_latent};
 pub use model::{SamplingDefaults, ShapE, SAMPLING_FILE};
 pub use prior::PriorTransformer;
-pub use sampler::{condition, sample_latents, sample_latents_from, unconditional};
+pub use sampler::{condition, initial_noise, sample_latents_from, unconditional};
 pub use scheduler::HeunDiscreteScheduler;

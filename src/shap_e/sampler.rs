@@ -27,27 +27,6 @@ pub fn unconditional(cond: &Tensor) -> Result<Tensor> {
     cond.zeros_like()
 }
 
-/// Samples latents `(B, num_embeddings, embedding_dim)` in `[−1, 1]` for `text_embeds (B, dim)`
-/// (raw CLIP text embeddings) with the Shap-E scheduler, `steps` Heun steps and classifier-free
-/// guidance `guidance_scale` (off when ≤ 1). The initial noise is drawn from `rng`.
-pub fn sample_latents(
-    prior: &PriorTransformer,
-    text_embeds: &Tensor,
-    steps: usize,
-    guidance_scale: f32,
-    rng: &mut Rng,
-) -> Result<Tensor> {
-    let noise = initial_noise(prior, text_embeds, rng)?;
-    sample_latents_from(
-        prior,
-        &SchedulerConfig::shap_e(),
-        text_embeds,
-        &noise,
-        steps,
-        guidance_scale,
-    )
-}
-
 /// Standard-normal starting noise `(B, num_embeddings·embedding_dim)` for `text_embeds (B, dim)`,
 /// in their dtype and on their device.
 pub fn initial_noise(
@@ -63,8 +42,11 @@ pub fn initial_noise(
     .to_dtype(text_embeds.dtype())
 }
 
-/// [`sample_latents`] with an explicit scheduler config and injected standard-normal `noise`
-/// `(B, num_embeddings·embedding_dim)` (scaled by the initial sigma here, as diffusers does).
+/// Samples latents `(B, num_embeddings, embedding_dim)` in `[−1, 1]` for `text_embeds (B, dim)`
+/// (raw CLIP text embeddings) with `scheduler`, `steps` Heun steps and classifier-free guidance
+/// `guidance_scale` (off when ≤ 1), from standard-normal `noise`
+/// `(B, num_embeddings·embedding_dim)` ([`initial_noise`]; scaled by the initial sigma here, as
+/// diffusers does). `ShapE::sample` draws the noise and uses the pipeline's scheduler.
 pub fn sample_latents_from(
     prior: &PriorTransformer,
     scheduler: &SchedulerConfig,
