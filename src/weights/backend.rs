@@ -1,25 +1,19 @@
-//! One checking backend for every loader. A [`WeightFile`] is a validated weight file: a
-//! safetensors file whose header must account for every byte (a truncated download is named with
-//! expected and actual sizes), memory-mapped; or a PyTorch pickle (`.bin`, `.pt`, `.pth`) read
-//! through candle's pickle reader. Models are built on a VarBuilder backend that records every key
-//! the constructors ask for, so all missing, mis-shaped or non-float tensors are reported together;
-//! float keys the model never asks for come back in [`Loaded::unused`]. f16/bf16 are upcast to the
-//! requested dtype.
+//! One checking backend for every loader: models are built from a [`WeightFile`] on a VarBuilder
+//! backend that records every key the constructors ask for, so all missing, mis-shaped or
+//! non-float tensors are reported together; float keys the model never asks for come back in
+//! [`Loaded::unused`]. f16/bf16 are upcast to the requested dtype.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::VarBuilder;
-use serde::Deserialize;
 
 use super::error::LoadError;
 use super::problem::TensorProblem;
+use super::weight_file::{is_float_name, WeightFile};
 
 /// A model built from a weight file, with the keys of the file it did not read.
 #[derive(Debug)]
@@ -30,160 +24,7 @@ pub struct Loaded<T> {
     pub unused: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
-struct HeaderEntry {
-    dtype: String,
-    shape: Vec<usize>,
-    data_offsets: [u64; 2],
-}
-
-/// Where the tensor data lives.
-enum Data {
-    /// A memory-mapped safetensors file.
-    Mmap(MmapedSafetensors),
-    /// Tensors read into memory (pickles, and in-memory tests).
-    Memory(HashMap<String, Tensor>),
-}
-
-/// A validated weight file: its header (name → dtype, shape) and its data.
-pub struct WeightFile {
-    path: PathBuf,
-    header: HashMap<String, (String, Vec<usize>)>,
-    data: Data,
-}
-
-fn is_float_name(dtype: &str) -> bool {
-    matches!(dtype, "F16" | "BF16" | "F32" | "F64")
-}
-
-fn dtype_name(dtype: DType) -> String {
-    format!("{dtype:?}").to_ascii_uppercase()
-}
-
 impl WeightFile {
-    /// Opens `path`: a `.safetensors` file (size-checked and mapped) or a pickle.
-    pub fn open(path: &Path) -> Result<Self, LoadError> {
-        if path.extension().is_some_and(|e| e == "safetensors") {
-            Self::open_safetensors(path)
-        } else {
-            Self::open_pickle(path)
-        }
-    }
-
-    /// Wraps tensors already in memory, as if read from `path`.
-    pub fn from_tensors(path: &Path, tensors: HashMap<String, Tensor>) -> Self {
-        let header = tensors
-            .iter()
-            .map(|(k, t)| (k.clone(), (dtype_name(t.dtype()), t.dims().to_vec())))
-            .collect();
-        Self {
-            path: path.to_path_buf(),
-            header,
-            data: Data::Memory(tensors),
-        }
-    }
-
-    fn open_pickle(path: &Path) -> Result<Self, LoadError> {
-        let weights_err = |source| LoadError::Weights {
-            path: path.to_path_buf(),
-            source,
-        };
-        let pth = candle_core::pickle::PthTensors::new(path, None).map_err(weights_err)?;
-        let names: Vec<String> = pth
-            .tensor_infos()
-            .iter()
-            .filter(|(_, info)| is_float_name(&dtype_name(info.dtype)))
-            .map(|(name, _)| name.clone())
-            .collect();
-        let mut tensors = HashMap::new();
-        for name in names {
-            if let Some(t) = pth.get(&name).map_err(weights_err)? {
-                tensors.insert(name, t);
-            }
-        }
-        Ok(Self::from_tensors(path, tensors))
-    }
-
-    fn open_safetensors(path: &Path) -> Result<Self, LoadError> {
-        let corrupt = |reason: String| LoadError::Corrupt {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let io = |source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let truncated = |expected, actual| LoadError::Truncated {
-            path: path.to_path_buf(),
-            expected,
-            actual,
-        };
-        let mut f = std::fs::File::open(path).map_err(io)?;
-        let actual = f.metadata().map_err(io)?.len();
-        let mut len = [0u8; 8];
-        if actual < 8 {
-            return Err(truncated(8, actual));
-        }
-        f.read_exact(&mut len).map_err(io)?;
-        let n = u64::from_le_bytes(len);
-        if n > 100 << 20 {
-            return Err(corrupt(format!("header of {n} bytes is implausibly large")));
-        }
-        if actual < 8 + n {
-            return Err(truncated(8 + n, actual));
-        }
-        let mut raw = vec![0u8; n as usize];
-        f.read_exact(&mut raw).map_err(io)?;
-        let entries: BTreeMap<String, serde_json::Value> =
-            serde_json::from_slice(&raw).map_err(|e| corrupt(format!("unreadable header: {e}")))?;
-        let mut header = HashMap::new();
-        let mut data_end = 0u64;
-        for (name, v) in entries {
-            if name == "__metadata__" {
-                continue;
-            }
-            let e: HeaderEntry = serde_json::from_value(v)
-                .map_err(|e| corrupt(format!("header entry {name}: {e}")))?;
-            data_end = data_end.max(e.data_offsets[1]);
-            header.insert(name, (e.dtype, e.shape));
-        }
-        let expected = 8 + n + data_end;
-        if actual < expected {
-            return Err(truncated(expected, actual));
-        }
-        // SAFETY: the file is mapped read-only; like every mmap-based loader we rely on it not
-        // being truncated or rewritten while the model loads (its size was just checked).
-        let file = unsafe { MmapedSafetensors::new(path) }.map_err(|e| corrupt(e.to_string()))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            header,
-            data: Data::Mmap(file),
-        })
-    }
-
-    /// The file this was read from.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Float keys of the file.
-    fn float_keys(&self) -> impl Iterator<Item = &String> {
-        self.header
-            .iter()
-            .filter(|(_, (dt, _))| is_float_name(dt))
-            .map(|(k, _)| k)
-    }
-
-    fn load(&self, name: &str, dev: &Device) -> candle_core::Result<Tensor> {
-        match &self.data {
-            Data::Mmap(f) => f.load(name, dev),
-            Data::Memory(m) => match m.get(name) {
-                Some(t) => t.to_device(dev),
-                None => candle_core::bail!("cannot find tensor {name}"),
-            },
-        }
-    }
-
     /// Runs `build` on a checking backend with tensors of `dtype`; returns all tensor problems at
     /// once if there are any, else the model and the float keys it did not read.
     pub fn build<T>(
@@ -192,7 +33,7 @@ impl WeightFile {
         device: &Device,
         build: impl FnOnce(VarBuilder<'static>) -> candle_core::Result<T>,
     ) -> Result<Loaded<T>, LoadError> {
-        let path = self.path.clone();
+        let path = self.path().to_path_buf();
         let backend = Shared(Arc::new(CheckingBackend::new(Some(self))));
         let vb = VarBuilder::from_backend(Box::new(backend.clone()), dtype, device.clone());
         let built = build(vb);
@@ -352,6 +193,8 @@ impl SimpleBackend for Shared {
 mod tests {
     use super::*;
     use crate::weights::find_weights;
+    use std::collections::HashMap;
+    use std::path::Path;
 
     /// Two missing keys and one wrong shape are all reported, with expected and found shapes.
     #[test]

@@ -7,8 +7,10 @@ mod backend;
 mod error;
 pub mod files;
 mod problem;
+mod weight_file;
 
-pub use backend::{count_parameters, Loaded, WeightFile};
+pub use backend::{count_parameters, Loaded};
 pub use error::LoadError;
 pub use files::find_weights;
 pub use problem::TensorProblem;
+pub use weight_file::WeightFile;
