@@ -7,6 +7,7 @@
 pub mod atomic;
 pub mod autodiff;
 pub mod batch;
+pub mod blender;
 pub mod cli;
 pub mod clip;
 pub mod device;

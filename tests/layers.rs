@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["atomic", "device"],
     &["autodiff", "weights"],
-    &["mesh", "clip", "shap_e", "models"],
+    &["mesh", "clip", "shap_e", "models", "blender"],
     &["render"],
     &["guide"],
     &["pipeline"],

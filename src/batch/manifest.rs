@@ -38,6 +38,9 @@ pub struct Record {
     /// The error message of a failed item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The item's Blender preview (`<id>/blender_preview.png`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blender_preview: Option<String>,
 }
 
 /// The manifest of one shard, plus what every shard has finished.

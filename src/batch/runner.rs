@@ -61,6 +61,9 @@ pub fn run_batch(
             status,
             seconds,
             error,
+            blender_preview: (status == Status::Done
+                && final_dir.join(crate::blender::PREVIEW_FILE).is_file())
+            .then(|| format!("{id}/{}", crate::blender::PREVIEW_FILE)),
         };
         if final_dir.is_dir() {
             // Renamed into place, then interrupted before the manifest line: it is complete.

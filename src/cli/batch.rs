@@ -7,6 +7,7 @@ use clap::Args as ClapArgs;
 
 use super::args::GenerateArgs;
 use super::context::{ensure_writable, Context};
+use super::preview::{render_run, BlenderPreviewArgs};
 use super::{EXIT_OK, EXIT_PARTIAL};
 use crate::batch::{parse_prompt_file, run_batch, Shard};
 use crate::pipeline;
@@ -27,6 +28,8 @@ pub(super) struct Batch {
     /// Shard count for Kubernetes indexed Jobs (JOB_COMPLETION_INDEX gives the index).
     #[arg(long)]
     shard_count: Option<usize>,
+    #[command(flatten)]
+    blender: BlenderPreviewArgs,
 }
 
 impl Batch {
@@ -37,7 +40,9 @@ impl Batch {
             out,
             shard,
             shard_count,
+            blender,
         } = self;
+        let blender_exe = blender.find()?;
         let parsed = parse_prompt_file(&file)?;
         for e in &parsed.errors {
             eprintln!("error: {e}");
@@ -62,7 +67,10 @@ impl Batch {
                 s.guide.steps = steps;
             }
             pipeline::generate(&models, &item.prompt, &s, dir, &device, |_| {})
-                .map(|_| ())
+                .and_then(|_| match &blender_exe {
+                    Some(exe) => render_run(exe, dir, &blender.blender, true),
+                    None => Ok(()),
+                })
                 .map_err(|e| format!("{e:#}").into())
         })?;
         println!(

@@ -7,6 +7,7 @@ use clap::Args as ClapArgs;
 
 use super::args::GenerateArgs;
 use super::context::{default_out, ensure_writable, Context};
+use super::preview::BlenderPreviewArgs;
 use super::progress::StageBar;
 use super::EXIT_OK;
 use crate::batch::check_prompt;
@@ -22,6 +23,8 @@ pub(super) struct Generate {
     /// Output folder (default outputs/<slug>-<seed>).
     #[arg(long)]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    blender: BlenderPreviewArgs,
 }
 
 impl Generate {
@@ -30,8 +33,10 @@ impl Generate {
             prompt,
             settings,
             out,
+            blender,
         } = self;
         check_prompt(&prompt).map_err(anyhow::Error::msg)?;
+        let blender_exe = blender.find()?;
         let device = cx.open_device()?;
         let run = settings.run_settings()?;
         let out = out.unwrap_or_else(|| default_out(&prompt, settings.seed));
@@ -49,6 +54,9 @@ impl Generate {
                 report.trace.skipped,
                 out.display()
             );
+        }
+        if let Some(exe) = &blender_exe {
+            super::preview::render_run(exe, &out, &blender.blender, cx.quiet)?;
         }
         Ok(ExitCode::from(EXIT_OK))
     }

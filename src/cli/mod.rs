@@ -13,6 +13,7 @@ mod eval;
 mod export;
 mod generate;
 mod info;
+mod preview;
 mod progress;
 mod sample;
 mod train_toy;
@@ -79,6 +80,8 @@ enum Command {
     Info(info::Info),
     /// Download a model's files into the Hugging Face cache (HF_HOME).
     Download(download::Download),
+    /// Render a run (or a mesh file) in Blender: vertex-colour material, camera, soft light, still or turntable.
+    Preview(preview::Preview),
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
@@ -110,5 +113,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::TrainToy(c) => c.run(&cx),
         Command::Info(c) => c.run(&cx),
         Command::Download(c) => c.run(&cx),
+        Command::Preview(c) => c.run(&cx),
     }
 }
