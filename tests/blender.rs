@@ -214,8 +214,9 @@ fn tall_toy_shapes_stand_upright_in_every_format() {
         for ext in ["glb", "ply", "obj"] {
             let m = blender_stats(&blender, &d.path().join(format!("mesh.{ext}")));
             let [dx, dy, dz] = extents(&m);
+            // The toy cone is only a little taller (1.3) than wide (1.2), and marching cubes blunts its apex.
             assert!(
-                dz > 1.05 * dx && dz > 1.05 * dy,
+                dz > 1.01 * dx.max(dy),
                 "{shape:?} .{ext}: extents {dx:.3} {dy:.3} {dz:.3}, Z should be the largest"
             );
             let (top, bottom) = (
