@@ -258,6 +258,10 @@ fn preview_shows_the_mesh_colour_and_fills_the_frame() {
                 px.fraction
             );
             let want = ply_mean_srgb(&d.path().join("mesh.ply"));
+            eprintln!(
+                "{colour:?} {shape:?} {mesh}: rendered mean {:.3?}, vertex mean {want:.3?}, coverage {:.3}",
+                px.mean_srgb, px.fraction
+            );
             for k in 0..3 {
                 assert!(
                     (px.mean_srgb[k] - want[k]).abs() < COLOUR_TOLERANCE,
