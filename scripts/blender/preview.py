@@ -26,7 +26,8 @@ to +Z up; PLY is read as +Z up unchanged. glTF COLOR_0 is linear, PLY/OBJ colour
 to Blender's linear colour attribute, which the material reads directly. Renders use the "Standard" view transform,
 so a pixel of a flat-lit surface is the sRGB encoding of its colour.
 
-Blender 3.4 (Debian stable) and 4.x are supported: the importer is chosen by version.
+Blender 3.4 (Debian stable) and 4.x are supported (checked with 3.4.1 and 4.5 LTS): the importer is chosen by
+version. --mask uses the compositor API of 3.x/4.x (`scene.node_tree`), which Blender 5 replaced.
 """
 
 import argparse
@@ -301,7 +302,11 @@ def setup_scene(obj, args):
 def setup_render(args):
     scene = bpy.context.scene
     r = scene.render
-    r.engine = ENGINES[args.engine]
+    try:
+        r.engine = ENGINES[args.engine]
+    except TypeError:
+        # Blender 4.2 to 4.x call EEVEE "BLENDER_EEVEE_NEXT".
+        r.engine = ENGINES[args.engine] + "_NEXT"
     r.resolution_x = r.resolution_y = args.size
     r.resolution_percentage = 100
     r.image_settings.file_format = "PNG"

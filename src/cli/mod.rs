@@ -38,7 +38,8 @@ pub const EXIT_SETUP: u8 = 2;
 #[command(
     after_help = "Exit codes: 0 success, 1 some batch items failed, 2 usage or setup error.\n\
 Environment: RUST_LOG (log filter), HF_HOME (hub cache), HF_HUB_OFFLINE=1 (cache only),\n\
-SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX (default --shard for batch)."
+SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX (default --shard for batch),\n\
+BLENDER (the Blender executable for previews)."
 )]
 pub struct Args {
     #[command(flatten)]
