@@ -12,6 +12,8 @@
 
 pub mod camera;
 pub mod composite;
+pub mod fused;
+pub mod kernels;
 pub mod rays;
 pub mod samplers;
 pub mod sheet;
@@ -25,6 +27,8 @@ use crate::autodiff::rng::Rng;
 use crate::shap_e::nerstf::{self, Level, NerstfMlp};
 use crate::shap_e::Decoder;
 pub use camera::{pan_cameras, Camera};
+use fused::{Fused, Samples};
+use kernels::Real;
 pub use sheet::{contact_sheet, to_rgb_image};
 
 /// Rendering options.
@@ -110,10 +114,42 @@ fn points(
     Tensor::from_vec(v, (1, o.len() * s, 3), dev)?.to_dtype(dtype)
 }
 
+/// The fused CPU passes of a render, where they apply ([`fused`]).
+struct FusedPasses {
+    coarse: Option<Fused>,
+    fine: Option<Fused>,
+}
+
+/// A chunk's sample geometry for the fused pass: points `o + t·d` (computed in f32, as
+/// [`points`]), bin widths and the hit mask, converted to `T`.
+fn fused_samples<T: Real>(
+    o: &[Vec<f32>],
+    d: &[Vec<f32>],
+    ts: &[Vec<f32>],
+    delta: &[f32],
+    hit: &[f32],
+) -> Samples<T> {
+    let s = ts.first().map_or(0, |t| t.len());
+    let mut points = Vec::with_capacity(o.len() * s * 3);
+    for ((o, d), ts) in o.iter().zip(d).zip(ts) {
+        for &t in ts {
+            points.extend((0..3).map(|i| T::from_f64((o[i] + t * d[i]) as f64)));
+        }
+    }
+    let conv = |v: &[f32]| v.iter().map(|&x| T::from_f64(x as f64)).collect();
+    Samples {
+        points,
+        delta: conv(delta),
+        hit: conv(hit),
+        per_ray: s,
+    }
+}
+
 /// One chunk: batched `[origins, dirs, coarse, fine_index, fine_offset]`, shared = the
 /// latent-derived MLP weights. Returns `(r, 4)`: RGB and opacity.
 fn render_chunk(
     mlp: &NerstfMlp,
+    fast: &FusedPasses,
     b: &[Tensor],
     weights: &[Tensor],
     background: [f32; 3],
@@ -135,10 +171,15 @@ fn render_chunk(
         .collect();
     let t0: Vec<f32> = ranges.iter().map(|x| x.t0).collect();
     let t1: Vec<f32> = ranges.iter().map(|x| x.t1).collect();
+    let hit: Vec<f32> = ranges
+        .iter()
+        .map(|g| if g.hit { 1.0 } else { 0.0 })
+        .collect();
+    let deltas = |ts: &[Vec<f32>]| -> Vec<f32> { composite::deltas(&ts.concat(), &t0, &t1) };
     let delta = |ts: &[Vec<f32>]| -> Result<Tensor> {
-        let flat: Vec<f32> = ts.concat();
+        let flat = deltas(ts);
         let s = flat.len() / r.max(1);
-        Tensor::from_vec(composite::deltas(&flat, &t0, &t1), (r, s), &dev)?.to_dtype(dtype)
+        Tensor::from_vec(flat, (r, s), &dev)?.to_dtype(dtype)
     };
     // Coarse pass without a graph: it only decides where the fine samples go.
     let coarse: Vec<Vec<f32>> = ranges
@@ -153,19 +194,45 @@ fn render_chunk(
         coarse
     } else {
         let frozen: Vec<Tensor> = weights.iter().map(|w| w.detach()).collect();
-        let raw = mlp.forward(&frozen, &points(&o, &d, &coarse, dtype, &dev)?)?;
-        let density = nerstf::density(&raw.reshape((r, coarse[0].len(), ()))?, Level::Coarse)?;
-        let (cw, _) = composite::weights(&delta(&coarse)?, &density)?;
-        let cw = rows(&cw)?;
+        let s = coarse[0].len();
+        let cw: Vec<f32> = match &fast.coarse {
+            Some(Fused::F32(m)) => {
+                let samples = fused_samples(&o, &d, &coarse, &deltas(&coarse), &hit);
+                fused::coarse_weights(m, &frozen, &samples, &dev)?
+            }
+            Some(Fused::F64(m)) => {
+                let samples = fused_samples(&o, &d, &coarse, &deltas(&coarse), &hit);
+                let w = fused::coarse_weights(m, &frozen, &samples, &dev)?;
+                w.into_iter().map(|x| x as f32).collect()
+            }
+            None => {
+                let raw = mlp.forward(&frozen, &points(&o, &d, &coarse, dtype, &dev)?)?;
+                let density = nerstf::density(&raw.reshape((r, s, ()))?, Level::Coarse)?;
+                let (cw, _) = composite::weights(&delta(&coarse)?, &density)?;
+                cw.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?
+            }
+        };
         (0..r)
             .map(|i| {
                 let g = &ranges[i];
-                let extra = samplers::importance(g.t0, g.t1, &coarse[i], &cw[i], &fi[i], &fo[i]);
+                let w = &cw[i * s..(i + 1) * s];
+                let extra = samplers::importance(g.t0, g.t1, &coarse[i], w, &fi[i], &fo[i]);
                 samplers::merge(&extra, &coarse[i])
             })
             .collect()
     };
     // Fine pass with the live weights: this is the image.
+    match &fast.fine {
+        Some(Fused::F32(m)) => {
+            let samples = fused_samples(&o, &d, &fine, &deltas(&fine), &hit);
+            return fused::render(m, weights, samples, background, &dev);
+        }
+        Some(Fused::F64(m)) => {
+            let samples = fused_samples(&o, &d, &fine, &deltas(&fine), &hit);
+            return fused::render(m, weights, samples, background, &dev);
+        }
+        None => {}
+    }
     let raw = mlp.forward(weights, &points(&o, &d, &fine, dtype, &dev)?)?;
     let raw = raw.reshape((r, fine[0].len(), ()))?;
     let (rgb, _, tr) = composite::integrate(
@@ -173,10 +240,6 @@ fn render_chunk(
         &nerstf::density(&raw, Level::Fine)?,
         &nerstf::nerf_rgb(&raw, Level::Fine)?,
     )?;
-    let hit: Vec<f32> = ranges
-        .iter()
-        .map(|g| if g.hit { 1.0 } else { 0.0 })
-        .collect();
     let hit = Tensor::from_vec(hit, r, &dev)?.to_dtype(dtype)?;
     let (rgb, tr) = composite::over_background(&rgb, &tr, &hit, background)?;
     Tensor::cat(&[rgb, (1.0 - tr)?.unsqueeze(1)?], 1)
@@ -206,6 +269,15 @@ pub fn render_rays(
         .background
         .unwrap_or_else(|| decoder.config().background_unit());
     let mlp = decoder.mlp().clone();
+    let dev = origins.device();
+    let fast = Arc::new(FusedPasses {
+        coarse: if settings.n_fine > 0 {
+            Fused::of(&mlp, Level::Coarse, dev)?
+        } else {
+            None
+        },
+        fine: Fused::of(&mlp, Level::Fine, dev)?,
+    });
     let batched = [
         origins.clone(),
         dirs.clone(),
@@ -218,9 +290,9 @@ pub fn render_rays(
             &batched,
             weights,
             chunk,
-            Arc::new(move |b: &[Tensor], s: &[Tensor]| render_chunk(&mlp, b, s, background)),
+            Arc::new(move |b: &[Tensor], s: &[Tensor]| render_chunk(&mlp, &fast, b, s, background)),
         )?,
-        None => render_chunk(&mlp, &batched, weights, background)?,
+        None => render_chunk(&mlp, &fast, &batched, weights, background)?,
     };
     Ok(Rendered {
         rgb: out.narrow(1, 0, 3)?,
