@@ -18,7 +18,7 @@ use crate::clip::{
 use crate::device::device_name;
 use crate::guide::{self, GuideSettings, GuideTrace};
 use crate::mesh::{self, ExportReport, Field, Format};
-use crate::render::{contact_sheet, RenderSettings};
+use crate::render::{contact_sheet, preview_settings};
 use crate::shap_e::{save_latent, Decoder, ShapE};
 
 /// The random streams of a run, forked from its root generator `Rng::new(seed)`: the same
@@ -322,12 +322,7 @@ pub fn generate(
         save_latent(&p, latent).with_context(|| format!("writing {}", p.display()))?;
         files.push(p);
     }
-    let preview = RenderSettings {
-        n_coarse: 32,
-        n_fine: 32,
-        chunk_rays: Some(4096),
-        background: None,
-    };
+    let preview = preview_settings();
     for (name, latent) in [("preview_prior.png", &z0), ("preview.png", &z)] {
         let png = contact_sheet(
             decoder,

@@ -29,7 +29,7 @@ use crate::shap_e::Decoder;
 pub use camera::{pan_cameras, Camera};
 use fused::{Fused, Samples};
 use kernels::Real;
-pub use sheet::{contact_sheet, to_rgb_image};
+pub use sheet::{contact_sheet, preview_settings, to_rgb_image};
 
 /// Rendering options.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,6 +13,19 @@ use crate::shap_e::Decoder;
 /// Columns of a contact sheet (20 views → 5 × 4).
 pub const SHEET_COLUMNS: usize = 5;
 
+/// Samples for preview sheets: 32 stratified samples per ray and no importance pass. A sheet of
+/// 20 small tiles is a glance at the field, not the guidance image; the 32 + 32 samples it used
+/// before (one coarse pass to place 32 more samples, then 64 per ray) cost three times as many
+/// MLP queries and made the two sheets most of a `generate --steps 0`.
+pub fn preview_settings() -> RenderSettings {
+    RenderSettings {
+        n_coarse: 32,
+        n_fine: 0,
+        chunk_rays: Some(4096),
+        background: None,
+    }
+}
+
 /// `rgb (H, W, 3)` in `[0, 1]` → an 8-bit image (values clamped, rounded).
 pub fn to_rgb_image(rgb: &Tensor) -> Result<RgbImage> {
     let (h, w, c) = rgb.dims3()?;
