@@ -57,11 +57,14 @@ pub struct Models {
     pub held_out: Option<ClipScorer>,
     /// Where they came from, for reports.
     pub sources: ModelSources,
+    /// Seconds [`Models::load`] took.
+    pub load_seconds: f64,
 }
 
 impl Models {
     /// Loads a Shap-E pipeline folder and a scoring-CLIP folder.
     pub fn load(shap_e_dir: &Path, clip_dir: &Path, device: &Device) -> Result<Models> {
+        let start = Instant::now();
         let shap_e = ShapE::load(shap_e_dir, DType::F32, device)
             .with_context(|| format!("loading the Shap-E pipeline in {}", shap_e_dir.display()))?;
         let text_dir = shap_e_dir.join("text_encoder");
@@ -83,6 +86,7 @@ impl Models {
                 shap_e: shap_e_dir.display().to_string(),
                 clip: clip_dir.display().to_string(),
             },
+            load_seconds: start.elapsed().as_secs_f64(),
         })
     }
 
@@ -195,15 +199,66 @@ pub struct ReportSettings {
     pub device: String,
 }
 
-/// Wall-clock seconds per stage.
-#[derive(Debug, Clone, Copy, Serialize)]
+/// Wall-clock seconds per stage of a run; the stages and `other` add up to `total`.
+#[derive(Debug, Clone, Serialize)]
 pub struct StageSeconds {
+    /// Loading the models (once per process: every item of a batch reports the same load).
+    pub loading: f64,
     /// Text conditioning and prior sampling.
-    pub sample: f64,
-    /// CLIP-guided optimization (with its before/after scores).
-    pub optimize: f64,
-    /// Mesh extraction and export.
-    pub export: f64,
+    pub sampling: f64,
+    /// The scoring CLIP's text embedding and the before/after (and held-out) scores.
+    pub scoring: f64,
+    /// CLIP-guided optimization.
+    pub optimizing: f64,
+    /// Writing the prior's and the final latent.
+    pub latents: f64,
+    /// The two 20-view preview sheets (`preview_prior.png`, `preview.png`).
+    pub previews: f64,
+    /// Sampling the field on the export grid.
+    pub mesh_grid: f64,
+    /// Marching cubes.
+    pub mesh_surface: f64,
+    /// Vertex colours from the field.
+    pub mesh_colours: f64,
+    /// Writing each export file, by file name.
+    pub files: std::collections::BTreeMap<String, f64>,
+    /// Everything else (creating the folder, progress reporting, bookkeeping).
+    pub other: f64,
+    /// Loading plus the run's wall time up to writing `report.json`.
+    pub total: f64,
+}
+
+impl StageSeconds {
+    /// The stages `[loading, sampling, scoring, optimizing, latents, previews]`, the export's
+    /// own timings, and the `total`; `other` is what the stages leave of it.
+    fn tally(stages: [f64; 6], export: &ExportReport, total: f64) -> Self {
+        let [loading, sampling, scoring, optimizing, latents, previews] = stages;
+        let [mesh_grid, mesh_surface, mesh_colours, _] = export.seconds;
+        let files: std::collections::BTreeMap<String, f64> = export
+            .format_seconds
+            .iter()
+            .map(|(f, secs)| (f.file_name("mesh"), *secs))
+            .collect();
+        let counted = stages.iter().sum::<f64>()
+            + mesh_grid
+            + mesh_surface
+            + mesh_colours
+            + files.values().sum::<f64>();
+        Self {
+            loading,
+            sampling,
+            scoring,
+            optimizing,
+            latents,
+            previews,
+            mesh_grid,
+            mesh_surface,
+            mesh_colours,
+            files,
+            other: (total - counted).max(0.0),
+            total,
+        }
+    }
 }
 
 /// What a run wrote to `report.json`.
@@ -256,13 +311,16 @@ pub fn generate(
     device: &Device,
     mut on_progress: impl FnMut(Progress),
 ) -> Result<Report> {
+    let start = Instant::now();
+    let since = |t: Instant| t.elapsed().as_secs_f64();
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let rng = Rng::new(s.seed);
     on_progress(Progress::Stage("sampling the prior", 0));
     let t0 = Instant::now();
     let z0 = models.run_sample(prompt, s, &rng, device)?;
-    let t_sample = t0.elapsed().as_secs_f64();
+    let t_sample = since(t0);
     let decoder = &models.shap_e.decoder;
+    let t_score = Instant::now();
     let text = models.scorer.embed_texts(&[prompt])?;
     let score_res = models.scorer.image_size().max(32);
     let score_before = guide::score(
@@ -273,6 +331,7 @@ pub fn generate(
         score_res,
         &mut rng.fork(stream::SCORE),
     )?;
+    let mut t_scoring = since(t_score);
 
     on_progress(Progress::Stage("optimizing", s.guide.steps));
     let t1 = Instant::now();
@@ -291,7 +350,8 @@ pub fn generate(
         )?
     };
     let peak_optimize_bytes = meter.peak_above_base();
-    let t_opt = t1.elapsed().as_secs_f64();
+    let t_opt = since(t1);
+    let t_score = Instant::now();
     let score_after = guide::score(
         decoder,
         &models.scorer,
@@ -311,8 +371,10 @@ pub fn generate(
         }
         None => None,
     };
+    t_scoring += since(t_score);
 
     on_progress(Progress::Stage("writing latents, previews and meshes", 0));
+    let t_latents = Instant::now();
     let mut files = Vec::new();
     for (name, latent) in [
         ("latent_prior.safetensors", &z0),
@@ -322,6 +384,8 @@ pub fn generate(
         save_latent(&p, latent).with_context(|| format!("writing {}", p.display()))?;
         files.push(p);
     }
+    let t_latents = since(t_latents);
+    let t_previews = Instant::now();
     let preview = preview_settings();
     for (name, latent) in [("preview_prior.png", &z0), ("preview.png", &z)] {
         let png = contact_sheet(
@@ -335,7 +399,7 @@ pub fn generate(
         write_atomic(&p, &png).with_context(|| format!("writing {}", p.display()))?;
         files.push(p);
     }
-    let t2 = Instant::now();
+    let t_previews = since(t_previews);
     let field = LatentField {
         decoder,
         latent: z.detach(),
@@ -362,11 +426,18 @@ pub fn generate(
         score_before,
         score_after,
         held_out_scores,
-        seconds: StageSeconds {
-            sample: t_sample,
-            optimize: t_opt,
-            export: t2.elapsed().as_secs_f64(),
-        },
+        seconds: StageSeconds::tally(
+            [
+                models.load_seconds,
+                t_sample,
+                t_scoring,
+                t_opt,
+                t_latents,
+                t_previews,
+            ],
+            &export,
+            models.load_seconds + since(start),
+        ),
         peak_optimize_bytes,
         memory_before_export: export.memory_before.to_string(),
         mesh: export.stats,

@@ -78,6 +78,23 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     let out = dir.path().join("out");
     let report = generate(&models, "a red cube", &s, &out, &dev, |_| {})?;
     assert_eq!(report.trace.skipped, 0);
+    // Every stage is timed, and the stages add up to the total.
+    let t = &report.seconds;
+    let stages = [
+        t.loading,
+        t.sampling,
+        t.scoring,
+        t.optimizing,
+        t.latents,
+        t.previews,
+        t.mesh_grid,
+        t.mesh_surface,
+        t.mesh_colours,
+    ];
+    assert!(stages.iter().all(|&x| x > 0.0), "{t:?}");
+    let sum = stages.iter().sum::<f64>() + t.files.values().sum::<f64>() + t.other;
+    assert!((sum - t.total).abs() < 1e-9, "{t:?}");
+    assert!(t.files.contains_key("mesh.glb") && t.files.len() == s.formats.len());
     let c = &report.trace.cosine;
     let (head, tail) = (
         c[..3].iter().sum::<f32>() / 3.0,

@@ -125,6 +125,8 @@ pub struct ExportReport {
     pub memory_before: MemoryReport,
     /// Seconds spent sampling the grid, extracting the surface, colouring the vertices and writing files.
     pub seconds: [f64; 4],
+    /// Seconds spent writing each file, in the order of the requested formats.
+    pub format_seconds: Vec<(Format, f64)>,
 }
 
 /// Samples `field` on a `grid_size`³ grid over Shap-E's [−1, 1]³ at level 0, extracts the surface
@@ -178,7 +180,15 @@ pub fn export_field_with(
     let t2 = Instant::now();
     mesh.colours = sample_colours(field, device, &mesh.positions, settings.chunk)?;
     let t3 = Instant::now();
-    let files = write_all(&mesh, out_dir, stem, formats)?;
+    // Checks the stem and the mesh once, then writes and times one format at a time.
+    write_all(&mesh, out_dir, stem, &[])?;
+    let mut files = Vec::with_capacity(formats.len());
+    let mut format_seconds = Vec::with_capacity(formats.len());
+    for &format in formats {
+        let t = Instant::now();
+        files.extend(write_all(&mesh, out_dir, stem, &[format])?);
+        format_seconds.push((format, t.elapsed().as_secs_f64()));
+    }
     let t4 = Instant::now();
     let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
     Ok(ExportReport {
@@ -186,6 +196,7 @@ pub fn export_field_with(
         stats: mesh.stats(),
         memory_before,
         seconds: [secs(t0, t1), secs(t1, t2), secs(t2, t3), secs(t3, t4)],
+        format_seconds,
     })
 }
 
