@@ -16,7 +16,7 @@ use crate::clip::{
     load_text_with_projection, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
 };
 use crate::device::device_name;
-use crate::guide::{self, GuideSettings, GuideTrace};
+use crate::guide::{self, GuideSettings, GuideTrace, StartChoice, Target};
 use crate::mesh::{self, ExportReport, Field, Format};
 use crate::render::{contact_sheet, preview_settings};
 use crate::shap_e::{save_latent, Decoder, ShapE};
@@ -26,12 +26,12 @@ use crate::shap_e::{save_latent, Decoder, ShapE};
 pub mod stream {
     /// The prior's initial noise.
     pub const PRIOR: u64 = 1;
-    /// Cameras of the before/after CLIP scores.
-    pub const SCORE: u64 = 2;
     /// The guided optimization (cameras, backgrounds, crops).
     pub const GUIDE: u64 = 3;
     /// The before/after preview contact sheets.
     pub const PREVIEW: u64 = 4;
+    /// Exploration: the bank's prior noise and the probes' draws.
+    pub const EXPLORE: u64 = 5;
 }
 
 /// Where a run's models came from (folders), for reports.
@@ -55,6 +55,9 @@ pub struct Models {
     pub scorer: ClipScorer,
     /// An optional held-out CLIP that scores the result but never guides it.
     pub held_out: Option<ClipScorer>,
+    /// Negative prompts guidance contrasts the prompt against (the scoring CLIP folder's
+    /// [`guide::NEGATIVES_FILE`], or `--negatives`).
+    pub negatives: Vec<String>,
     /// Where they came from, for reports.
     pub sources: ModelSources,
     /// Seconds [`Models::load`] took.
@@ -76,12 +79,19 @@ impl Models {
             .with_context(|| format!("loading the prior's tokenizer in {}", tok_dir.display()))?;
         let scorer = ClipScorer::load(clip_dir, device)
             .with_context(|| format!("loading the scoring CLIP in {}", clip_dir.display()))?;
+        let negatives_file = clip_dir.join(guide::NEGATIVES_FILE);
+        let negatives = if negatives_file.is_file() {
+            read_negatives(&negatives_file)?
+        } else {
+            Vec::new()
+        };
         Ok(Models {
             shap_e,
             text_encoder,
             tokenizer,
             scorer,
             held_out: None,
+            negatives,
             sources: ModelSources {
                 shap_e: shap_e_dir.display().to_string(),
                 clip: clip_dir.display().to_string(),
@@ -119,6 +129,77 @@ impl Models {
         )
     }
 
+    /// The exploration bank of a run ([`guide::start`]): the prior sampled, in one batch, for
+    /// every negative prompt other than `prompt` (stream [`stream::EXPLORE`]); `None` without
+    /// negatives or with exploration off.
+    pub fn sample_bank(
+        &self,
+        prompt: &str,
+        s: &RunSettings,
+        rng: &Rng,
+        device: &Device,
+    ) -> Result<Option<Tensor>> {
+        let key = |p: &str| p.trim().to_lowercase();
+        let prompts: Vec<&str> = self
+            .negatives
+            .iter()
+            .map(String::as_str)
+            .filter(|n| key(n) != key(prompt))
+            .collect();
+        if prompts.is_empty() || s.guide.explore_top == 0 || s.guide.steps == 0 {
+            return Ok(None);
+        }
+        let (ids, _) = self.tokenizer.encode_batch(&prompts, device)?;
+        let (_, embeds) = self.text_encoder.forward(&ids)?;
+        let guidance = s
+            .guidance_scale
+            .map_or(self.shap_e.sampling.guidance_scale, |g| g as f32);
+        let mut rng = rng.fork(stream::EXPLORE);
+        Ok(Some(self.shap_e.sample(
+            &embeds,
+            s.prior_steps,
+            guidance,
+            &mut rng,
+        )?))
+    }
+
+    /// The guided latent of a run from the prior's sample `z0`: exploration picks the start
+    /// ([`guide::choose_start`]), then the loop refines it ([`guide::optimize`]). `generate` and
+    /// `eval` both go through here.
+    pub fn guide(
+        &self,
+        prompt: &str,
+        target: &Target,
+        z0: &Tensor,
+        s: &RunSettings,
+        rng: &Rng,
+        device: &Device,
+        on_step: impl FnMut(usize, f32),
+    ) -> Result<(Tensor, GuideTrace, StartChoice)> {
+        let decoder = &self.shap_e.decoder;
+        let bank = self.sample_bank(prompt, s, rng, device)?;
+        let explore = rng.fork(stream::EXPLORE);
+        let (start, choice) = guide::choose_start(
+            decoder,
+            &self.scorer,
+            target,
+            z0,
+            bank.as_ref(),
+            &s.guide,
+            &explore,
+        )?;
+        let (z, trace) = guide::optimize(
+            decoder,
+            &self.scorer,
+            target,
+            &start,
+            &s.guide,
+            &mut rng.fork(stream::GUIDE),
+            on_step,
+        )?;
+        Ok((z, trace, choice))
+    }
+
     /// A prior sample `(1, rows, d)` for `prompt`.
     pub fn sample(
         &self,
@@ -132,6 +213,18 @@ impl Models {
         let guidance = guidance.map_or(self.shap_e.sampling.guidance_scale, |g| g as f32);
         Ok(self.shap_e.sample(&embeds, steps, guidance, rng)?)
     }
+}
+
+/// Reads a negative-prompt file: one prompt per line, blank lines and `#` comments skipped.
+pub fn read_negatives(path: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading negative prompts from {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect())
 }
 
 /// The decoder's SDF and colour as a mesh field (sRGB colours linearised for the writers).
@@ -274,10 +367,19 @@ pub struct Report {
     pub settings: ReportSettings,
     /// Per-step CLIP cosine and loss, skipped steps.
     pub trace: GuideTrace,
-    /// Scoring-CLIP cosine of 4 fixed views before and after optimization.
+    /// How exploration chose the start (bank scores, probes, the winner).
+    pub start: StartChoice,
+    /// Held-aside score ([`guide::Score`]) of the prior's latent: four fixed views, minus the
+    /// CLIP term (the bare cosine without negatives).
     pub score_before: f32,
-    /// After.
+    /// The same of the exported latent (the best one, never below `score_before`).
     pub score_after: f32,
+    /// Mean scoring-CLIP cosine to the prompt of the same views, before.
+    pub cosine_before: f32,
+    /// After.
+    pub cosine_after: f32,
+    /// Negative prompts the CLIP term contrasted against.
+    pub negatives: usize,
     /// The held-out CLIP's cosine before and after, when one was given.
     pub held_out_scores: Option<[f32; 2]>,
     /// Seconds per stage.
@@ -321,52 +423,32 @@ pub fn generate(
     let t_sample = since(t0);
     let decoder = &models.shap_e.decoder;
     let t_score = Instant::now();
-    let text = models.scorer.embed_texts(&[prompt])?;
-    let score_res = models.scorer.image_size().max(32);
-    let score_before = guide::score(
-        decoder,
-        &models.scorer,
-        &text,
-        &z0,
-        score_res,
-        &mut rng.fork(stream::SCORE),
-    )?;
+    let target = Target::new(&models.scorer, prompt, &models.negatives, s.guide.contrast)?;
+    let score_res = s.guide.eval_side(models.scorer.image_size());
+    let before = guide::score(decoder, &models.scorer, &target, &z0, score_res)?;
     let mut t_scoring = since(t_score);
 
     on_progress(Progress::Stage("optimizing", s.guide.steps));
     let t1 = Instant::now();
     let meter = memory::PeakMeter::start();
-    let (z, trace) = if s.guide.steps == 0 {
-        (z0.clone(), GuideTrace::default())
+    let (z, trace, start_choice) = if s.guide.steps == 0 {
+        (z0.clone(), GuideTrace::default(), StartChoice::default())
     } else {
-        guide::optimize(
-            decoder,
-            &models.scorer,
-            &text,
-            &z0,
-            &s.guide,
-            &mut rng.fork(stream::GUIDE),
-            |step, c| on_progress(Progress::Step(step, c)),
-        )?
+        models.guide(prompt, &target, &z0, s, &rng, device, |step, c| {
+            on_progress(Progress::Step(step, c))
+        })?
     };
     let peak_optimize_bytes = meter.peak_above_base();
     let t_opt = since(t1);
     let t_score = Instant::now();
-    let score_after = guide::score(
-        decoder,
-        &models.scorer,
-        &text,
-        &z,
-        score_res,
-        &mut rng.fork(stream::SCORE),
-    )?;
+    let after = guide::score(decoder, &models.scorer, &target, &z, score_res)?;
     let held_out_scores = match &models.held_out {
         Some(h) => {
-            let t = h.embed_texts(&[prompt])?;
+            let t = Target::new(h, prompt, &[], 0.0)?;
             let res = h.image_size();
             Some([
-                guide::score(decoder, h, &t, &z0, res, &mut rng.fork(stream::SCORE))?,
-                guide::score(decoder, h, &t, &z, res, &mut rng.fork(stream::SCORE))?,
+                guide::score(decoder, h, &t, &z0, res)?.cosine,
+                guide::score(decoder, h, &t, &z, res)?.cosine,
             ])
         }
         None => None,
@@ -418,13 +500,21 @@ pub fn generate(
                     s.guidance_scale
                         .unwrap_or(models.shap_e.sampling.guidance_scale as f64),
                 ),
+                guide: GuideSettings {
+                    eval_resolution: score_res,
+                    ..s.guide.clone()
+                },
                 ..s.clone()
             },
             device: device_name(device),
         },
         trace,
-        score_before,
-        score_after,
+        start: start_choice,
+        score_before: before.score,
+        score_after: after.score,
+        cosine_before: before.cosine,
+        cosine_after: after.cosine,
+        negatives: target.negatives(),
         held_out_scores,
         seconds: StageSeconds::tally(
             [

@@ -1,5 +1,7 @@
 //! Arguments several commands share, and their validation into [`RunSettings`].
 
+use std::path::PathBuf;
+
 use anyhow::bail;
 use clap::Args as ClapArgs;
 
@@ -22,6 +24,10 @@ pub(super) struct ModelArgs {
     /// A second, held-out CLIP that only scores the result (e.g. openai/clip-vit-base-patch32).
     #[arg(long)]
     pub eval_clip: Option<ModelSpec>,
+    /// Negative prompts to contrast the prompt against, one per line (default: the scoring CLIP
+    /// folder's negatives.txt, if any; the toy world ships its 36 captions there).
+    #[arg(long)]
+    pub negatives: Option<PathBuf>,
 }
 
 /// Settings of one generation (shared by `generate`, `batch` and `eval`).
@@ -42,7 +48,7 @@ pub(super) struct GenerateArgs {
     #[arg(long, default_value_t = 30)]
     pub steps: usize,
     /// Peak learning rate of the latent optimizer.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = GuideSettings::default().lr)]
     pub lr: f64,
     /// Random views rendered per optimization step.
     #[arg(long, default_value_t = 2)]
@@ -62,6 +68,16 @@ pub(super) struct GenerateArgs {
     /// Output formats.
     #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
     pub formats: Vec<Format>,
+    /// Weight of the contrastive part of the CLIP loss (prompt vs negative prompts); 0 = bare cosine.
+    #[arg(long, default_value_t = GuideSettings::default().contrast)]
+    pub contrast: f64,
+    /// Exploration: refine the prior's sample and the best N of the prior sampled for each negative
+    /// prompt for a few steps, and start from the best (0 = off).
+    #[arg(long, default_value_t = GuideSettings::default().explore_top)]
+    pub explore: usize,
+    /// Score the latent on fixed held-aside views every N steps and export the best (0 = only at the end).
+    #[arg(long, default_value_t = GuideSettings::default().eval_every)]
+    pub eval_every: usize,
     /// Side in pixels of each of the 20 views in the before/after preview sheets.
     #[arg(long, default_value_t = 48)]
     pub preview_size: usize,
@@ -81,6 +97,9 @@ impl GenerateArgs {
         if !(a.lr.is_finite() && a.lr > 0.0) {
             bail!("--lr must be a positive number");
         }
+        if !(a.contrast.is_finite() && a.contrast >= 0.0) {
+            bail!("--contrast must be a number ≥ 0");
+        }
         let samples = (32, 32);
         let (chunk_rays, clip_policy) = self.memory_plan(samples)?;
         let guide = GuideSettings {
@@ -91,6 +110,9 @@ impl GenerateArgs {
             samples,
             chunk_rays,
             clip_policy,
+            contrast: a.contrast,
+            eval_every: a.eval_every,
+            explore_top: a.explore,
             ..GuideSettings::default()
         };
         Ok(RunSettings {

@@ -72,6 +72,9 @@ impl Context {
                 .with_context(|| format!("loading the held-out CLIP in {}", dir.display()))?;
             models.held_out = Some(scorer);
         }
+        if let Some(file) = &m.negatives {
+            models.negatives = crate::pipeline::read_negatives(file)?;
+        }
         Ok(models)
     }
 }

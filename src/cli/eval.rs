@@ -54,10 +54,11 @@ impl Eval {
             );
         } else {
             println!(
-                "## Prior only\n\n{}\n## Guided ({} steps)\n\n{}",
+                "## Prior only\n\n{}\n## Guided ({} steps)\n\n{}\nGuided runs whose exported latent scored below the prior's on the held-aside views: {}",
                 prior.to_markdown(),
                 run.guide.steps,
-                guided.to_markdown()
+                guided.to_markdown(),
+                guided.summary().all.score_drops
             );
         }
         Ok(ExitCode::from(EXIT_OK))

@@ -47,10 +47,13 @@ impl Generate {
         bar.finish();
         if !cx.quiet {
             println!(
-                "{prompt:?}: CLIP cosine {:.3} → {:.3} ({} steps, {} skipped) in {}",
+                "{prompt:?}: CLIP cosine {:.3} → {:.3}, score {:.3} → {:.3} (best of {} steps at step {}, {} skipped) in {}",
+                report.cosine_before,
+                report.cosine_after,
                 report.score_before,
                 report.score_after,
                 report.trace.cosine.len(),
+                report.trace.best_step,
                 report.trace.skipped,
                 out.display()
             );

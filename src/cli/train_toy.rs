@@ -24,17 +24,22 @@ pub(super) struct TrainToy {
     /// A few combinations and steps: checks the command in seconds (the weights are not useful).
     #[arg(long)]
     quick: bool,
+    /// Keep the CLIP already in --out instead of retraining it (it does not depend on the other
+    /// stages); the manifest records that it was reused.
+    #[arg(long)]
+    reuse_clip: bool,
 }
 
 impl TrainToy {
     pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let device = cx.open_device()?;
         ensure_writable(&self.out)?;
-        let settings = if self.quick {
+        let mut settings = if self.quick {
             ToyTrainSettings::quick(self.seed)
         } else {
             ToyTrainSettings::full(self.seed)
         };
+        settings.reuse_clip = self.reuse_clip;
         let bar = RefCell::new(spinner(true));
         let log = train_toy(&self.out, &settings, &device, |p| match p {
             TrainProgress::Stage(name, steps) => {

@@ -5,5 +5,13 @@
 pub mod augment;
 pub mod optimize;
 pub mod schedule;
+pub mod start;
+pub mod target;
 
-pub use optimize::{optimize, score, GuideError, GuideSettings, GuideTrace};
+pub use optimize::{optimize, score, GuideError, GuideSettings, GuideTrace, Score};
+pub use start::{choose_start, StartChoice};
+pub use target::Target;
+
+/// A file of negative prompts beside a scoring CLIP's weights (one per line): when present,
+/// guidance contrasts the prompt against them (the toy world ships its caption set).
+pub const NEGATIVES_FILE: &str = "negatives.txt";

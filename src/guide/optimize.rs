@@ -1,14 +1,20 @@
 //! The CLIP-guided latent optimization loop: per step, render random views of the latent
 //! through the checkpointed decoder, composite them over random backgrounds, crop, score them
 //! with the scoring CLIP, and take an Adam step on
-//! `loss = −mean cos(image, text) − λ_T·min(τ, mean transmittance) + λ_z·mean((z − z₀)²)`,
-//! keeping the latent in [−1, 1]. Non-finite steps are skipped and counted.
+//! `loss = CLIP term − λ_T·min(τ, mean transmittance) + λ_z·mean((z − z₀)²)`
+//! (the CLIP term is [`Target::term`]: the negative cosine, contrasted against negative prompts
+//! when there are some), keeping the latent in [−1, 1]. Non-finite steps are skipped and counted.
+//!
+//! **Never worse than the start.** Every `eval_every` steps the latent is scored on fixed,
+//! held-aside views ([`score`]: four cameras and draws that the optimization never renders), and
+//! the best-scoring latent, the start included, is the one returned.
 
-use candle_core::{Result, Tensor, Var, D};
+use candle_core::{Result, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 
 use super::augment;
 use super::schedule::LrSchedule;
+use super::target::Target;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::clip::ClipScorer;
@@ -40,13 +46,26 @@ pub struct GuideSettings {
     pub min_crop: f32,
     /// Consecutive non-finite steps after which the run is aborted.
     pub max_bad_steps: usize,
+    /// Score the latent on the held-aside views every this many steps and keep the best (0: only
+    /// the start and the end are scored).
+    pub eval_every: usize,
+    /// Side of the held-aside views (0: the scoring CLIP's input size, at least 32).
+    pub eval_resolution: usize,
+    /// Weight of the contrastive part of the CLIP term ([`Target`]); 0 uses the bare cosine.
+    pub contrast: f64,
+    /// Exploration ([`super::start`]): bank candidates refined besides the prior's sample (0: off).
+    pub explore_top: usize,
+    /// Steps of each exploration probe.
+    pub explore_steps: usize,
+    /// Held-aside score a candidate must gain over the prior's sample to replace it.
+    pub switch_margin: f32,
 }
 
 impl Default for GuideSettings {
     fn default() -> Self {
         Self {
             steps: 30,
-            lr: 0.01,
+            lr: 0.02,
             views: 2,
             resolution: 32,
             samples: (32, 32),
@@ -56,6 +75,23 @@ impl Default for GuideSettings {
             prior_weight: 0.1,
             min_crop: 0.8,
             max_bad_steps: 5,
+            eval_every: 5,
+            eval_resolution: 0,
+            contrast: 1.0,
+            explore_top: 0,
+            explore_steps: 5,
+            switch_margin: 0.05,
+        }
+    }
+}
+
+impl GuideSettings {
+    /// Side of the held-aside views for a scoring CLIP of input side `clip_side`.
+    pub fn eval_side(&self, clip_side: usize) -> usize {
+        if self.eval_resolution == 0 {
+            clip_side.max(32)
+        } else {
+            self.eval_resolution
         }
     }
 }
@@ -69,6 +105,10 @@ pub struct GuideTrace {
     pub loss: Vec<f32>,
     /// Steps skipped for a non-finite loss or gradient.
     pub skipped: usize,
+    /// `(steps taken, held-aside score)` of every evaluation, the start (0 steps) first.
+    pub evals: Vec<(usize, f32)>,
+    /// Steps taken by the returned latent (0: the start was best).
+    pub best_step: usize,
 }
 
 /// Errors of the loop.
@@ -98,8 +138,8 @@ pub enum GuideError {
 struct Objective<'a> {
     decoder: &'a Decoder,
     scorer: &'a ClipScorer,
-    /// Unit text embedding `(1, D)`.
-    text: &'a Tensor,
+    /// The prompt (and its negatives).
+    target: &'a Target,
     /// The prior's latent.
     z0: &'a Tensor,
     settings: &'a GuideSettings,
@@ -108,8 +148,7 @@ struct Objective<'a> {
 impl Objective<'_> {
     /// One step's loss and mean cosine, differentiable with respect to `z`.
     fn loss(&self, z: &Tensor, progress: f64, rng: &mut Rng) -> Result<(Tensor, Tensor)> {
-        let (decoder, scorer, text, z0, s) =
-            (self.decoder, self.scorer, self.text, self.z0, self.settings);
+        let (decoder, scorer, z0, s) = (self.decoder, self.scorer, self.z0, self.settings);
         let dev = z.device().clone();
         let n = s.resolution;
         let cameras: Vec<Camera> = (0..s.views)
@@ -137,7 +176,7 @@ impl Objective<'_> {
         }
         let images = Tensor::stack(&images, 0)?;
         let emb = scorer.embed_images(&images, &s.clip_policy)?;
-        let cosine = emb.matmul(&text.t()?)?.mean_all()?;
+        let clip = self.target.term(&emb)?;
         // Transmittance target τ anneals 0.5 → 0.88 (DreamFields): rewards empty space up to τ.
         let tau = 0.5 + 0.38 * progress.min(1.0);
         let transmittance = views.opacity.affine(-1.0, 1.0)?.mean_all()?;
@@ -145,17 +184,17 @@ impl Objective<'_> {
             .minimum(tau)?
             .affine(-s.transmittance_weight, 0.0)?;
         let pull = (z - z0)?.sqr()?.mean_all()?.affine(s.prior_weight, 0.0)?;
-        let loss = ((cosine.neg()? + trans_term)? + pull)?;
-        Ok((loss, cosine))
+        let loss = ((clip.loss + trans_term)? + pull)?;
+        Ok((loss, clip.cosine))
     }
 }
 
-/// Optimizes `latent0` `(1, rows, d)` toward `prompt`; returns the final latent (plain tensor,
-/// no graph) and the trace. `on_step(step, cosine)` reports progress.
+/// Optimizes `latent0` `(1, rows, d)` toward `target`; returns the best latent by the held-aside
+/// score (plain tensor, no graph) and the trace. `on_step(step, cosine)` reports progress.
 pub fn optimize(
     decoder: &Decoder,
     scorer: &ClipScorer,
-    text_embed: &Tensor,
+    target: &Target,
     latent0: &Tensor,
     s: &GuideSettings,
     rng: &mut Rng,
@@ -164,7 +203,6 @@ pub fn optimize(
     let wrap = |step| move |source| GuideError::Step { step, source };
     let z0 = latent0.detach();
     let z = Var::from_tensor(&z0).map_err(wrap(0))?;
-    let text = text_embed.detach();
     let schedule = LrSchedule::warmup_cosine(s.lr, s.steps, 0.1);
     let params = ParamsAdamW {
         lr: s.lr,
@@ -177,11 +215,16 @@ pub fn optimize(
     let objective = Objective {
         decoder,
         scorer,
-        text: &text,
+        target,
         z0: &z0,
         settings: s,
     };
+    let eval_res = s.eval_side(scorer.image_size());
+    let held_aside = |latent: &Tensor| score(decoder, scorer, target, latent, eval_res);
     let mut trace = GuideTrace::default();
+    let start = held_aside(&z0).map_err(wrap(0))?;
+    trace.evals.push((0, start.score));
+    let (mut best, mut best_score) = (z0.clone(), start.score);
     let (mut bad_run, mut last_finite) = (0usize, None);
     for step in 0..s.steps {
         opt.set_learning_rate(schedule.at(step));
@@ -225,20 +268,37 @@ pub fn optimize(
         trace.loss.push(l);
         trace.cosine.push(c);
         on_step(step, c);
+        let taken = step + 1;
+        if taken == s.steps || (s.eval_every > 0 && taken % s.eval_every == 0) {
+            let now = z.as_tensor().detach();
+            let sc = held_aside(&now).map_err(wrap(step))?.score;
+            trace.evals.push((taken, sc));
+            if sc > best_score {
+                (best, best_score, trace.best_step) = (now.copy().map_err(wrap(step))?, sc, taken);
+            }
+        }
     }
-    let out = z.as_tensor().detach().copy().map_err(wrap(s.steps))?;
-    Ok((out, trace))
+    Ok((best, trace))
 }
 
-/// Mean cosine of `views` fixed cameras of `latent` under `scorer` (no graph), for reports.
+/// The held-aside evaluation of a latent.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Score {
+    /// Minus the CLIP term ([`Target::term`]): higher is better; the bare cosine without negatives.
+    pub score: f32,
+    /// Mean cosine to the prompt.
+    pub cosine: f32,
+}
+
+/// The held-aside evaluation of `latent` (no graph): four fixed cameras around the object at
+/// `resolution`, fixed ray draws, a white background, no augmentation.
 pub fn score(
     decoder: &Decoder,
     scorer: &ClipScorer,
-    text_embed: &Tensor,
+    target: &Target,
     latent: &Tensor,
     resolution: usize,
-    rng: &mut Rng,
-) -> Result<f32> {
+) -> Result<Score> {
     let cams: Vec<Camera> = (0..4)
         .map(|i| {
             Camera::orbit(
@@ -257,11 +317,21 @@ pub fn score(
         chunk_rays: Some(4096),
         background: Some([1.0, 1.0, 1.0]),
     };
-    let views = render_views(decoder, &latent.detach(), &cams, &settings, rng)?;
+    let views = render_views(
+        decoder,
+        &latent.detach(),
+        &cams,
+        &settings,
+        &mut Rng::new(HELD_ASIDE_SEED),
+    )?;
     let images = views.rgb.permute((0, 3, 1, 2))?.contiguous()?;
     let emb = scorer.embed_images(&images, &Policy::None)?;
-    emb.matmul(&text_embed.detach().t()?)?
-        .mean(D::Minus2)?
-        .mean_all()?
-        .to_scalar::<f32>()
+    let term = target.term(&emb)?;
+    Ok(Score {
+        score: -term.loss.to_scalar::<f32>()?,
+        cosine: term.cosine.to_scalar::<f32>()?,
+    })
 }
+
+/// Seed of the held-aside views' ray draws (fixed, so every evaluation sees the same views).
+const HELD_ASIDE_SEED: u64 = 0x5c0_4e;

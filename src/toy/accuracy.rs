@@ -9,8 +9,8 @@ use candle_core::{Device, Tensor};
 use super::eval::{classify, Classification, EvalError};
 use super::report::EvalTable;
 use crate::autodiff::rng::Rng;
-use crate::guide;
-use crate::pipeline::{extract_mesh, stream, Models, RunSettings};
+use crate::guide::Target;
+use crate::pipeline::{extract_mesh, Models, RunSettings};
 
 /// Prior-only vs guided accuracy of the toy world: for every prompt and seed, classify the mesh
 /// of the prior sample and of the guided latent by shape IoU and mean colour (no CLIP involved).
@@ -24,7 +24,7 @@ pub fn evaluate(
 ) -> Result<[EvalTable; 2]> {
     let mut tables = [EvalTable::new(), EvalTable::new()];
     for prompt in prompts {
-        let text = models.scorer.embed_texts(&[prompt.as_str()])?;
+        let target = Target::new(&models.scorer, prompt, &models.negatives, s.guide.contrast)?;
         for &seed in seeds {
             on_item(prompt, seed);
             let rng = Rng::new(seed);
@@ -51,21 +51,17 @@ pub fn evaluate(
                 };
             outcome(&mut tables[0], &before, prior_secs)?;
             let t = Instant::now();
-            let (z, _) = guide::optimize(
-                &models.shap_e.decoder,
-                &models.scorer,
-                &text,
-                &z0,
-                &s.guide,
-                &mut rng.fork(stream::GUIDE),
-                |_, _| {},
-            )?;
+            let (z, trace, _) = models.guide(prompt, &target, &z0, s, &rng, device, |_, _| {})?;
             let after = judge(&z)?;
             outcome(
                 &mut tables[1],
                 &after,
                 prior_secs + t.elapsed().as_secs_f64(),
             )?;
+            if let Some(&(_, start)) = trace.evals.first() {
+                let best = trace.evals.iter().map(|e| e.1).fold(start, f32::max);
+                tables[1].set_last_scores([start, best]);
+            }
         }
     }
     Ok(tables)

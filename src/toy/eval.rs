@@ -58,6 +58,10 @@ pub struct Classification {
     pub colour_distance: f32,
     /// Area-weighted mean vertex colour, linear RGB.
     pub mean_colour: [f32; 3],
+    /// Connected components of the mesh (1 for every toy object).
+    pub components: usize,
+    /// Euler characteristic V − E + F (2 for a sphere-like piece, 0 for the torus).
+    pub euler: i64,
 }
 
 /// Why a mesh cannot be judged.
@@ -102,7 +106,10 @@ pub fn classify_with(mesh: &Mesh, opts: &EvalOptions) -> Result<Classification, 
     let (colour, colour_distance) = nearest_colour(mean);
     // ok: shape_scores returns one score per shape, and Shape::ALL is not empty.
     let best = ranking[0];
+    let stats = mesh.stats();
     Ok(Classification {
+        components: stats.components,
+        euler: stats.euler,
         shape: best.shape,
         shape_iou: best.iou,
         ranking,

@@ -35,6 +35,12 @@ pub struct FitSettings {
     pub latent_rms: f64,
     /// Seed of the initial weights, latents and points.
     pub seed: u64,
+    /// Latent-only refits (decoder frozen) of objects whose fit collapsed ([`collapsed`]), at most.
+    #[serde(default)]
+    pub restarts: usize,
+    /// Adam steps of each refit.
+    #[serde(default)]
+    pub restart_steps: usize,
 }
 
 impl Default for FitSettings {
@@ -47,6 +53,8 @@ impl Default for FitSettings {
             density: 20.0,
             latent_rms: 0.4,
             seed: 0,
+            restarts: 3,
+            restart_steps: 300,
         }
     }
 }
@@ -59,8 +67,10 @@ pub struct DecoderFit {
     pub decoder: Decoder,
     /// Latents `(objects, rows, d_latent)` in [−1, 1].
     pub latents: Var,
-    /// Loss per step.
+    /// Loss per step (the joint fit, then each refit's steps).
     pub losses: Vec<f32>,
+    /// For each refit round, the indices of the objects refitted.
+    pub refits: Vec<Vec<usize>>,
 }
 
 /// Fits a decoder of `cfg` and one latent per object of `objects`.
@@ -90,28 +100,149 @@ pub fn fit_decoder(
     )?;
     let mut losses = Vec::with_capacity(s.steps);
     for step in 0..s.steps {
-        let (points, sdf_t, occ_t, rgb_t) = draw_targets(objects, s, &mut rng, dev)?;
-        let weights = decoder.mlp_weights(latents.as_tensor())?;
-        let raw = decoder.query(&weights, &points)?;
-        let sdf = nerstf::sdf(&raw)?;
-        let occ = (nerstf::density(&raw, Level::Fine)? / s.density as f64)?;
-        let stf = nerstf::stf_rgb(&raw)?;
-        let nerf = nerstf::nerf_rgb(&raw, Level::Fine)?;
-        let mse = |a: &Tensor, b: &Tensor| -> Result<Tensor> { (a - b)?.sqr()?.mean_all() };
-        let loss = (((mse(&sdf, &sdf_t)? + mse(&occ, &occ_t)?)? + mse(&stf, &rgb_t)?)?
-            + mse(&nerf, &rgb_t)?)?;
+        let (points, targets) = draw_targets(objects, s, &mut rng, dev)?;
+        let loss = fit_loss(&decoder, latents.as_tensor(), &points, &targets, s)?.mean_all()?;
         let l = loss.to_scalar::<f32>()?;
         losses.push(l);
         opt.backward_step(&loss)?;
         on_step(step, l);
         latents.set(&normalize_rows(latents.as_tensor(), s.latent_rms)?)?;
     }
+    let mut refits = Vec::new();
+    for _ in 0..s.restarts {
+        let bad = collapsed(&decoder, latents.as_tensor(), objects, s, &mut rng, dev)?;
+        if bad.is_empty() {
+            break;
+        }
+        tracing::info!("decoder fit: refitting collapsed latents {bad:?}");
+        let refit = refit_latents(
+            &decoder,
+            latents.as_tensor(),
+            objects,
+            &bad,
+            s,
+            &mut rng,
+            dev,
+        )?;
+        losses.extend(refit.1);
+        latents.set(&refit.0)?;
+        refits.push(bad);
+    }
     Ok(DecoderFit {
         varmap,
         decoder,
         latents,
         losses,
+        refits,
     })
+}
+
+/// Targets at random points: sdf `(o, p)`, occupancy `(o, p)`, sRGB colour `(o, p, 3)`.
+struct Targets {
+    sdf: Tensor,
+    occ: Tensor,
+    rgb: Tensor,
+}
+
+/// Per-object fit loss `(objects)` of `latents (objects, rows, d)` at `points (objects, p, 3)`.
+fn fit_loss(
+    decoder: &Decoder,
+    latents: &Tensor,
+    points: &Tensor,
+    t: &Targets,
+    s: &FitSettings,
+) -> Result<Tensor> {
+    let weights = decoder.mlp_weights(latents)?;
+    let raw = decoder.query(&weights, points)?;
+    let sdf = nerstf::sdf(&raw)?;
+    let occ = (nerstf::density(&raw, Level::Fine)? / s.density as f64)?;
+    let stf = nerstf::stf_rgb(&raw)?;
+    let nerf = nerstf::nerf_rgb(&raw, Level::Fine)?;
+    let mse = |a: &Tensor, b: &Tensor| -> Result<Tensor> {
+        let d = (a - b)?.sqr()?;
+        let d = if d.rank() == 3 { d.mean(2)? } else { d };
+        d.mean(1)
+    };
+    ((mse(&sdf, &t.sdf)? + mse(&occ, &t.occ)?)? + mse(&stf, &t.rgb)?)? + mse(&nerf, &t.rgb)?
+}
+
+/// Indices of the objects whose decoded field misses most of the object: fewer than half of the
+/// random points inside the target are inside the decoded field (a latent stuck in a region where
+/// the field is empty everywhere, as the first fits of the yellow cone and cylinder were).
+pub fn collapsed(
+    decoder: &Decoder,
+    latents: &Tensor,
+    objects: &[WorldObject],
+    s: &FitSettings,
+    rng: &mut Rng,
+    dev: &Device,
+) -> Result<Vec<usize>> {
+    let check = FitSettings {
+        points: 4096,
+        ..s.clone()
+    };
+    let (points, targets) = draw_targets(objects, &check, rng, dev)?;
+    let raw = decoder.query(&decoder.mlp_weights(&latents.detach())?, &points)?;
+    let inside_fit = nerstf::sdf(&raw)?.gt(0f32)?.to_dtype(DType::F32)?;
+    let inside = targets.sdf.gt(0f32)?.to_dtype(DType::F32)?;
+    let hits = (inside_fit * &inside)?.sum(1)?.to_vec1::<f32>()?;
+    let total = inside.sum(1)?.to_vec1::<f32>()?;
+    Ok((0..objects.len())
+        .filter(|&i| total[i] > 0.0 && hits[i] < 0.5 * total[i])
+        .collect())
+}
+
+/// Refits the latents of objects `bad` with the decoder frozen, each started from the latent of
+/// the best-fitting object of the same shape (or a fresh random one when there is none), so the
+/// refit only has to change what differs. Returns all latents and the refit's losses.
+fn refit_latents(
+    decoder: &Decoder,
+    latents: &Tensor,
+    objects: &[WorldObject],
+    bad: &[usize],
+    s: &FitSettings,
+    rng: &mut Rng,
+    dev: &Device,
+) -> Result<(Tensor, Vec<f32>)> {
+    let (points, targets) = draw_targets(objects, s, rng, dev)?;
+    let per_object =
+        fit_loss(decoder, &latents.detach(), &points, &targets, s)?.to_vec1::<f32>()?;
+    let mut starts = Vec::with_capacity(bad.len());
+    for &i in bad {
+        let donor = (0..objects.len())
+            .filter(|j| !bad.contains(j) && objects[*j].shape == objects[i].shape)
+            .min_by(|&a, &b| per_object[a].total_cmp(&per_object[b]));
+        let noise = (rng.normal_tensor(&[latents.dim(1)?, latents.dim(2)?], dev)? * 0.05)?;
+        starts.push(match donor {
+            Some(j) => (latents.get(j)? + noise)?,
+            None => rng.normal_tensor(&[latents.dim(1)?, latents.dim(2)?], dev)?,
+        });
+    }
+    let sub = Var::from_tensor(&normalize_rows(&Tensor::stack(&starts, 0)?, s.latent_rms)?)?;
+    let sub_objects: Vec<WorldObject> = bad.iter().map(|&i| objects[i]).collect();
+    let mut opt = AdamW::new(
+        vec![sub.clone()],
+        ParamsAdamW {
+            lr: s.lr,
+            weight_decay: 0.0,
+            ..Default::default()
+        },
+    )?;
+    let mut losses = Vec::with_capacity(s.restart_steps);
+    for _ in 0..s.restart_steps {
+        let (points, targets) = draw_targets(&sub_objects, s, rng, dev)?;
+        let loss = fit_loss(decoder, sub.as_tensor(), &points, &targets, s)?.mean_all()?;
+        losses.push(loss.to_scalar::<f32>()?);
+        opt.backward_step(&loss)?;
+        sub.set(&normalize_rows(sub.as_tensor(), s.latent_rms)?)?;
+    }
+    let mut rows: Vec<Tensor> = (0..objects.len())
+        .map(|i| latents.get(i))
+        .collect::<Result<_>>()?;
+    for (k, &i) in bad.iter().enumerate() {
+        rows[i] = sub.as_tensor().get(k)?.detach();
+    }
+    Ok((Tensor::stack(&rows, 0)?, losses))
 }
 
 /// Rescales every latent row of `latents (…, rows, d)` to root-mean-square `rms` (then clamps to
@@ -135,7 +266,7 @@ fn draw_targets(
     s: &FitSettings,
     rng: &mut Rng,
     dev: &Device,
-) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+) -> Result<(Tensor, Targets)> {
     let (n, m) = (objects.len(), s.points);
     let (mut pts, mut sdf, mut occ, mut rgb) = (
         Vec::with_capacity(n * m * 3),
@@ -159,9 +290,11 @@ fn draw_targets(
     }
     Ok((
         Tensor::from_vec(pts, (n, m, 3), dev)?,
-        Tensor::from_vec(sdf, (n, m), dev)?,
-        Tensor::from_vec(occ, (n, m), dev)?,
-        Tensor::from_vec(rgb, (n, m, 3), dev)?,
+        Targets {
+            sdf: Tensor::from_vec(sdf, (n, m), dev)?,
+            occ: Tensor::from_vec(occ, (n, m), dev)?,
+            rgb: Tensor::from_vec(rgb, (n, m, 3), dev)?,
+        },
     ))
 }
 
@@ -235,6 +368,84 @@ mod tests {
             "shape {shape_ok}/{n}, colour {colour_ok}/{n}",
             n = objects.len()
         );
+        Ok(())
+    }
+
+    /// A collapsed latent (its field empty everywhere) is detected and refitted from the latent of
+    /// the object that shares its shape, after which its decoded field covers the object again.
+    #[test]
+    fn collapsed_latents_are_found_and_refitted() -> Result<()> {
+        let cfg: RendererConfig = serde_json::from_str(
+            r#"{"d_hidden": 8, "d_latent": 16, "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]}"#,
+        )
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let objects = [
+            WorldObject::canonical(Shape::Cube, Colour::Red),
+            WorldObject::canonical(Shape::Cube, Colour::Blue),
+        ];
+        let s = FitSettings {
+            steps: 150,
+            points: 256,
+            lr: 1e-2,
+            restarts: 0,
+            restart_steps: 150,
+            ..FitSettings::default()
+        };
+        let dev = Device::Cpu;
+        let fit = fit_decoder(&cfg, &objects, &s, &dev, |_, _| {})?;
+        let mut rng = Rng::new(4);
+        assert_eq!(
+            collapsed(
+                &fit.decoder,
+                fit.latents.as_tensor(),
+                &objects,
+                &s,
+                &mut rng,
+                &dev
+            )?,
+            Vec::<usize>::new(),
+            "the plain fit should cover both cubes"
+        );
+        // Drive the blue cube's latent into a region where the field is empty everywhere.
+        let sunk = Var::from_tensor(&fit.latents.as_tensor().narrow(0, 1, 1)?.detach())?;
+        let mut opt = AdamW::new(
+            vec![sunk.clone()],
+            ParamsAdamW {
+                lr: 0.05,
+                weight_decay: 0.0,
+                ..Default::default()
+            },
+        )?;
+        let pts = Rng::new(5)
+            .uniform_tensor(&[1, 2048, 3], &dev)?
+            .affine(2.0, -1.0)?;
+        for _ in 0..200 {
+            let sdf = nerstf::sdf(
+                &fit.decoder
+                    .query(&fit.decoder.mlp_weights(sunk.as_tensor())?, &pts)?,
+            )?;
+            opt.backward_step(&(sdf + 1.0)?.mean_all()?)?;
+            sunk.set(&normalize_rows(sunk.as_tensor(), s.latent_rms)?)?;
+        }
+        let empty = sunk.as_tensor().detach();
+        let sdf = nerstf::sdf(&fit.decoder.query(&fit.decoder.mlp_weights(&empty)?, &pts)?)?;
+        assert!(
+            sdf.max_all()?.to_scalar::<f32>()? < 0.0,
+            "the sunk latent still has a surface"
+        );
+        let broken = Tensor::cat(&[&fit.latents.as_tensor().narrow(0, 0, 1)?, &empty], 0)?;
+        let bad = collapsed(&fit.decoder, &broken, &objects, &s, &mut rng, &dev)?;
+        assert_eq!(bad, vec![1]);
+        let (fixed, losses) =
+            refit_latents(&fit.decoder, &broken, &objects, &bad, &s, &mut rng, &dev)?;
+        assert_eq!(losses.len(), s.restart_steps);
+        assert!(collapsed(&fit.decoder, &fixed, &objects, &s, &mut rng, &dev)?.is_empty());
+        // The other latent is untouched.
+        let diff = (fixed.get(0)? - broken.get(0)?)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
+        assert_eq!(diff, 0.0);
         Ok(())
     }
 

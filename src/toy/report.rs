@@ -25,6 +25,15 @@ pub struct EvalRecord {
     pub colour: Option<Colour>,
     /// IoU of the predicted shape.
     pub shape_iou: Option<f32>,
+    /// Connected components of the mesh, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub components: Option<usize>,
+    /// Euler characteristic of the mesh, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub euler: Option<i64>,
+    /// Held-aside guidance score of the start and of the exported latent (guided runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scores: Option<[f32; 2]>,
     /// Why the mesh could not be judged (an empty surface counts as wrong).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -59,6 +68,12 @@ pub struct SplitSummary {
     pub mean_iou: Option<f64>,
     /// Meshes that could not be judged.
     pub failed: usize,
+    /// Fraction of judged meshes in one connected piece.
+    pub one_piece: Option<f64>,
+    /// Mean Euler characteristic over judged meshes.
+    pub mean_euler: Option<f64>,
+    /// Guided records whose exported latent scored below the start (should be 0).
+    pub score_drops: usize,
     /// Mean seconds per prompt.
     pub seconds_per_prompt: Option<f64>,
 }
@@ -114,6 +129,10 @@ impl EvalTable {
             Ok(c) => (Some(c.shape), Some(c.colour), Some(c.shape_iou), None),
             Err(e) => (None, None, None, Some(e.to_string())),
         };
+        let (components, euler) = match outcome {
+            Ok(c) => (Some(c.components), Some(c.euler)),
+            Err(_) => (None, None),
+        };
         self.records.push(EvalRecord {
             prompt: prompt.to_string(),
             expected_shape,
@@ -122,10 +141,20 @@ impl EvalTable {
             shape,
             colour,
             shape_iou,
+            components,
+            euler,
+            scores: None,
             error,
             seconds,
         });
         Ok(())
+    }
+
+    /// Records the held-aside guidance scores `[start, exported]` of the last record.
+    pub fn set_last_scores(&mut self, scores: [f32; 2]) {
+        if let Some(r) = self.records.last_mut() {
+            r.scores = Some(scores);
+        }
     }
 
     /// Accuracies over all, seen and held-out records.
@@ -148,17 +177,19 @@ impl EvalTable {
             v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
         };
         let mut out = String::from(
-            "| split | prompts | shape | colour | both | mean IoU | failed | s/prompt |\n\
-             |---|---|---|---|---|---|---|---|\n",
+            "| split | prompts | shape | colour | both | mean IoU | one piece | mean χ | failed | s/prompt |\n\
+             |---|---|---|---|---|---|---|---|---|---|\n",
         );
         for (name, x) in [("all", s.all), ("seen", s.seen), ("held-out", s.held_out)] {
             out.push_str(&format!(
-                "| {name} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 x.prompts,
                 pct(x.shape_accuracy),
                 pct(x.colour_accuracy),
                 pct(x.both_accuracy),
                 num(x.mean_iou, 3),
+                pct(x.one_piece),
+                num(x.mean_euler, 2),
                 x.failed,
                 num(x.seconds_per_prompt, 2),
             ));
@@ -179,6 +210,10 @@ fn summarise(records: Vec<&EvalRecord>) -> SplitSummary {
     let n = records.len();
     let frac = |count: usize| (n > 0).then(|| count as f64 / n as f64);
     let count = |f: &dyn Fn(&EvalRecord) -> bool| records.iter().filter(|r| f(r)).count();
+    let judged: Vec<&&EvalRecord> = records.iter().filter(|r| r.components.is_some()).collect();
+    let over_judged = |f: &dyn Fn(&EvalRecord) -> f64| {
+        (!judged.is_empty()).then(|| judged.iter().map(|r| f(r)).sum::<f64>() / judged.len() as f64)
+    };
     let ious: Vec<f64> = records
         .iter()
         .filter_map(|r| r.shape_iou.map(f64::from))
@@ -190,6 +225,9 @@ fn summarise(records: Vec<&EvalRecord>) -> SplitSummary {
         both_accuracy: frac(count(&|r| r.shape_correct() && r.colour_correct())),
         mean_iou: (!ious.is_empty()).then(|| ious.iter().sum::<f64>() / ious.len() as f64),
         failed: count(&|r| r.error.is_some()),
+        one_piece: over_judged(&|r| f64::from(u8::from(r.components == Some(1)))),
+        mean_euler: over_judged(&|r| r.euler.unwrap_or(0) as f64),
+        score_drops: count(&|r| r.scores.is_some_and(|[b, a]| a < b)),
         seconds_per_prompt: (n > 0)
             .then(|| records.iter().map(|r| r.seconds).sum::<f64>() / n as f64),
     }
@@ -212,6 +250,8 @@ mod tests {
             colour,
             colour_distance: 1.0,
             mean_colour: colour.linear(),
+            components: 1,
+            euler: 2,
         }
     }
 
@@ -236,7 +276,9 @@ mod tests {
         assert_eq!(s.held_out.mean_iou, None);
         let md = t.to_markdown();
         assert!(
-            md.contains("| seen | 2 | 100.0 % | 50.0 % | 50.0 % | 0.900 | 0 | 2.00 |"),
+            md.contains(
+                "| seen | 2 | 100.0 % | 50.0 % | 50.0 % | 0.900 | 100.0 % | 2.00 | 0 | 2.00 |"
+            ),
             "{md}"
         );
         assert!(md.contains("| held-out | 1 | 0.0 % |"), "{md}");
@@ -251,6 +293,9 @@ mod tests {
     #[test]
     fn empty_table_prints_dashes() {
         let md = EvalTable::new().to_markdown();
-        assert!(md.contains("| all | 0 | – | – | – | – | 0 | – |"), "{md}");
+        assert!(
+            md.contains("| all | 0 | – | – | – | – | – | – | 0 | – |"),
+            "{md}"
+        );
     }
 }

@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 use serde_json::json;
 
-use super::caption::captions;
+use super::caption::{caption, captions};
 use super::fit_decoder::{fit_decoder, FitSettings};
 use super::random::{
     save_tensors, toy_clip_config, varmap_tensors, write_random_shap_e, ShapESizes,
@@ -28,6 +28,7 @@ use super::train_prior::{train_prior, PriorTrainSettings};
 use super::world::{combinations, is_held_out, Colour, Shape, WorldObject};
 use crate::atomic::write_atomic;
 use crate::clip::{ClipConfig, ClipModel, ClipTokenizer};
+use crate::guide::NEGATIVES_FILE;
 use crate::shap_e::{
     PriorConfig, RendererConfig, SamplingDefaults, SchedulerConfig, SAMPLING_FILE,
 };
@@ -69,6 +70,11 @@ pub struct ToyTrainSettings {
     pub prior: PriorTrainSettings,
     /// Recommended sampling settings written to `shap_e/sampling.json`.
     pub sampling: SamplingDefaults,
+    /// Keep the CLIP already in the output folder (and its logged losses) instead of training it
+    /// again: the CLIP stage depends only on its own settings and seed, not on the decoder, so
+    /// this only saves its time when the decoder or prior stages change.
+    #[serde(default)]
+    pub reuse_clip: bool,
 }
 
 impl ToyTrainSettings {
@@ -85,6 +91,8 @@ impl ToyTrainSettings {
                 density: 20.0,
                 latent_rms: 0.4,
                 seed: seed + 1,
+                restarts: 3,
+                restart_steps: 300,
             },
             clip: ClipTrainSettings {
                 steps: 4000,
@@ -108,6 +116,7 @@ impl ToyTrainSettings {
             sampling: SamplingDefaults {
                 guidance_scale: 1.0,
             },
+            reuse_clip: false,
         }
     }
 
@@ -137,8 +146,10 @@ impl ToyTrainSettings {
 pub struct TrainLog {
     /// The settings.
     pub settings: ToyTrainSettings,
-    /// Decoder fit loss per step.
+    /// Decoder fit loss per step (joint fit, then the refits of collapsed latents).
     pub decoder_loss: Vec<f32>,
+    /// Indices (into the settings' `combos`) refitted in each refit round.
+    pub decoder_refits: Vec<Vec<usize>>,
     /// CLIP loss per step.
     pub clip_loss: Vec<f32>,
     /// `(step, accuracy)` of the CLIP on its validation views.
@@ -166,6 +177,33 @@ fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
     write_atomic(path, text.as_bytes()).map_err(msg)
 }
 
+/// CLIP weights, loss log, validation accuracy and training seconds of an earlier run in `out`.
+#[allow(clippy::type_complexity)]
+fn reused_clip(
+    out: &Path,
+    dev: &Device,
+) -> Result<(
+    std::collections::HashMap<String, Tensor>,
+    Vec<f32>,
+    Vec<(usize, f32)>,
+    Option<f64>,
+)> {
+    let weights = out.join("clip").join("model.safetensors");
+    let tensors = candle_core::safetensors::load(&weights, dev).map_err(|e| {
+        msg(format!(
+            "--reuse-clip needs the CLIP of an earlier run in {}: {e}",
+            weights.display()
+        ))
+    })?;
+    let log: serde_json::Value = std::fs::read_to_string(out.join(LOG_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let loss = serde_json::from_value(log["clip_loss"].clone()).unwrap_or_default();
+    let accuracy = serde_json::from_value(log["clip_accuracy"].clone()).unwrap_or_default();
+    Ok((tensors, loss, accuracy, log["seconds"][1].as_f64()))
+}
+
 /// Trains the toy world with `s` and writes it to `out` (created; existing model files replaced).
 pub fn train_toy(
     out: &Path,
@@ -189,6 +227,12 @@ pub fn train_toy(
     write_atomic(
         &clip_dir.join("tokenizer.json"),
         super::toy_tokenizer_json().as_bytes(),
+    )
+    .map_err(msg)?;
+    let negatives: Vec<String> = s.combos.iter().map(|&(sh, c)| caption(sh, c)).collect();
+    write_atomic(
+        &clip_dir.join(NEGATIVES_FILE),
+        (negatives.join("\n") + "\n").as_bytes(),
     )
     .map_err(msg)?;
     let tokenizer = ClipTokenizer::from_dir(&clip_dir, 77).map_err(msg)?;
@@ -231,16 +275,25 @@ pub fn train_toy(
         sharpness: s.decoder.sharpness,
         density: s.decoder.density,
     };
-    let clip = train_clip(
-        &clip_cfg,
-        &tokenizer,
-        &s.combos,
-        density,
-        &s.clip,
-        dev,
-        |_, l| on_progress(TrainProgress::Step(l)),
-    )?;
-    let clip_tensors = varmap_tensors(&clip.varmap)?;
+    let (clip_tensors, clip_loss, clip_accuracy, clip_secs) = if s.reuse_clip {
+        reused_clip(out, dev)?
+    } else {
+        let clip = train_clip(
+            &clip_cfg,
+            &tokenizer,
+            &s.combos,
+            density,
+            &s.clip,
+            dev,
+            |_, l| on_progress(TrainProgress::Step(l)),
+        )?;
+        (
+            varmap_tensors(&clip.varmap)?,
+            clip.losses,
+            clip.accuracy,
+            None,
+        )
+    };
     save_tensors(&clip_tensors, &clip_dir.join("model.safetensors"))?;
     let text_tensors = clip_tensors
         .iter()
@@ -251,7 +304,7 @@ pub fn train_toy(
         &text_tensors,
         &shap_e_dir.join("text_encoder").join("model.safetensors"),
     )?;
-    let t_clip = t.elapsed().as_secs_f64();
+    let t_clip = clip_secs.unwrap_or_else(|| t.elapsed().as_secs_f64());
 
     // 3. Prior, on the combinations that are not held out.
     let t = Instant::now();
@@ -295,8 +348,9 @@ pub fn train_toy(
     let log = TrainLog {
         settings: s.clone(),
         decoder_loss: fit.losses,
-        clip_loss: clip.losses,
-        clip_accuracy: clip.accuracy,
+        decoder_refits: fit.refits,
+        clip_loss,
+        clip_accuracy,
         prior_loss: prior.losses,
         seconds: [t_decoder, t_clip, t_prior],
     };
@@ -307,11 +361,12 @@ pub fn train_toy(
     let last = |v: &[f32]| v.last().copied();
     let manifest = json!({
         "trained": true,
-        "command": format!("clipsculpt train-toy --seed {}{}", s.seed, if s.combos.len() < combinations().len() { " --quick" } else { "" }),
+        "command": format!("clipsculpt train-toy --seed {}{}{}", s.seed, if s.combos.len() < combinations().len() { " --quick" } else { "" }, if s.reuse_clip { " --reuse-clip" } else { "" }),
         "version": env!("CARGO_PKG_VERSION"),
         "settings": s,
         "final": {
             "decoder_loss": last(&log.decoder_loss),
+            "decoder_refits": log.decoder_refits,
             "clip_loss": last(&log.clip_loss),
             "clip_accuracy": log.clip_accuracy.last().map(|a| a.1),
             "prior_loss": last(&log.prior_loss),

@@ -1,0 +1,100 @@
+//! What guidance aims at: the prompt's CLIP text embedding, optionally contrasted against
+//! negative prompts.
+//!
+//! With negatives `n₁…n_k` and CLIP's logit scale `s`, the CLIP term of one view with unit image
+//! embedding `e` is
+//! `−cos(e, t) + c · CE/s`, where `CE = −log softmax(s·[cos(e, t), cos(e, n₁), …])₀` is CLIP's
+//! own zero-shot classification loss of the prompt against the negatives (dividing by `s` keeps it
+//! on the scale of a cosine). The bare cosine rewards whatever the prompt's embedding is close to,
+//! which for a shape-and-colour prompt is mostly the colour; the contrastive part rewards what
+//! tells the prompt apart from its neighbours ("a green sphere" vs "a green cube"), which is what
+//! a wrong shape needs. Without negatives (or with `c = 0`) the term is the bare cosine.
+
+use candle_core::{Result, Tensor, D};
+
+use crate::clip::ClipScorer;
+
+/// The prompt and its negatives as unit text embeddings.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `(1, D)`.
+    text: Tensor,
+    /// `(k, D)`, `None` without negatives.
+    negatives: Option<Tensor>,
+    /// CLIP's logit scale `s`.
+    scale: f64,
+    /// Weight `c` of the contrastive part.
+    contrast: f64,
+}
+
+/// One evaluation of the CLIP term.
+#[derive(Debug, Clone)]
+pub struct ClipTerm {
+    /// The loss (scalar, lower is better; differentiable when the embeddings are).
+    pub loss: Tensor,
+    /// Mean cosine to the prompt (scalar).
+    pub cosine: Tensor,
+}
+
+impl Target {
+    /// Embeds `prompt` and `negatives` with `scorer`; negatives equal to the prompt (ignoring case
+    /// and surrounding blanks) or empty are dropped. `contrast` is the weight `c`.
+    pub fn new(
+        scorer: &ClipScorer,
+        prompt: &str,
+        negatives: &[String],
+        contrast: f64,
+    ) -> anyhow::Result<Self> {
+        let text = scorer.embed_texts(&[prompt])?;
+        let key = |s: &str| s.trim().to_lowercase();
+        let kept: Vec<&str> = negatives
+            .iter()
+            .map(|n| n.trim())
+            .filter(|n| !n.is_empty() && key(n) != key(prompt))
+            .collect();
+        let negatives = if kept.is_empty() || contrast == 0.0 {
+            None
+        } else {
+            Some(scorer.embed_texts(&kept)?)
+        };
+        Ok(Self {
+            text,
+            negatives,
+            scale: f64::from(scorer.logit_scale()?),
+            contrast,
+        })
+    }
+
+    /// The prompt's unit embedding `(1, D)`.
+    pub fn text(&self) -> &Tensor {
+        &self.text
+    }
+
+    /// Number of negatives in use.
+    pub fn negatives(&self) -> usize {
+        self.negatives
+            .as_ref()
+            .and_then(|n| n.dim(0).ok())
+            .unwrap_or(0)
+    }
+
+    /// The CLIP term averaged over unit image embeddings `emb (V, D)`.
+    pub fn term(&self, emb: &Tensor) -> Result<ClipTerm> {
+        let cos = emb.matmul(&self.text.t()?)?; // (V, 1)
+        let cosine = cos.mean_all()?;
+        let mut loss = cosine.neg()?;
+        if let Some(neg) = &self.negatives {
+            let all = (Tensor::cat(&[&cos, &emb.matmul(&neg.t()?)?], 1)? * self.scale)?;
+            let max = all.max_keepdim(D::Minus1)?.detach();
+            let lse = (all
+                .broadcast_sub(&max)?
+                .exp()?
+                .sum_keepdim(D::Minus1)?
+                .log()?
+                + max)?;
+            let ce = (lse - all.narrow(1, 0, 1)?)?.mean_all()?;
+            loss = (loss + (ce * (self.contrast / self.scale))?)?;
+        }
+        Ok(ClipTerm { loss, cosine })
+    }
+}
