@@ -90,8 +90,7 @@ fn main() -> Result<()> {
             let t = Instant::now();
             let z0 = models.run_sample(prompt, &run, &rng, &dev)?;
             let target = Target::new(&models.scorer, prompt, &models.negatives, guide.contrast)?;
-            let (z, trace, choice) =
-                models.guide(prompt, &target, &z0, &run, &rng, &dev, |_, _| {})?;
+            let (z, trace, choice) = models.guide(&target, &z0, &run, &rng, &dev, |_, _| {})?;
             let picked = choice
                 .candidate
                 .map_or("prior".to_string(), |i| format!("bank {i}"));

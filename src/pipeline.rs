@@ -168,7 +168,6 @@ impl Models {
     /// `eval` both go through here.
     pub fn guide(
         &self,
-        prompt: &str,
         target: &Target,
         z0: &Tensor,
         s: &RunSettings,
@@ -177,7 +176,7 @@ impl Models {
         on_step: impl FnMut(usize, f32),
     ) -> Result<(Tensor, GuideTrace, StartChoice)> {
         let decoder = &self.shap_e.decoder;
-        let bank = self.sample_bank(prompt, s, rng, device)?;
+        let bank = self.sample_bank(target.prompt(), s, rng, device)?;
         let explore = rng.fork(stream::EXPLORE);
         let (start, choice) = guide::choose_start(
             decoder,
@@ -434,7 +433,7 @@ pub fn generate(
     let (z, trace, start_choice) = if s.guide.steps == 0 {
         (z0.clone(), GuideTrace::default(), StartChoice::default())
     } else {
-        models.guide(prompt, &target, &z0, s, &rng, device, |step, c| {
+        models.guide(&target, &z0, s, &rng, device, |step, c| {
             on_progress(Progress::Step(step, c))
         })?
     };

@@ -334,4 +334,4 @@ pub fn score(
 }
 
 /// Seed of the held-aside views' ray draws (fixed, so every evaluation sees the same views).
-const HELD_ASIDE_SEED: u64 = 0x5c0_4e;
+const HELD_ASIDE_SEED: u64 = 0x0005_c04e;

@@ -17,6 +17,8 @@ use crate::clip::ClipScorer;
 /// The prompt and its negatives as unit text embeddings.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// The prompt.
+    prompt: String,
     /// `(1, D)`.
     text: Tensor,
     /// `(k, D)`, `None` without negatives.
@@ -58,11 +60,17 @@ impl Target {
             Some(scorer.embed_texts(&kept)?)
         };
         Ok(Self {
+            prompt: prompt.to_string(),
             text,
             negatives,
             scale: f64::from(scorer.logit_scale()?),
             contrast,
         })
+    }
+
+    /// The prompt.
+    pub fn prompt(&self) -> &str {
+        &self.prompt
     }
 
     /// The prompt's unit embedding `(1, D)`.

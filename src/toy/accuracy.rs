@@ -51,7 +51,7 @@ pub fn evaluate(
                 };
             outcome(&mut tables[0], &before, prior_secs)?;
             let t = Instant::now();
-            let (z, trace, _) = models.guide(prompt, &target, &z0, s, &rng, device, |_, _| {})?;
+            let (z, trace, _) = models.guide(&target, &z0, s, &rng, device, |_, _| {})?;
             let after = judge(&z)?;
             outcome(
                 &mut tables[1],
