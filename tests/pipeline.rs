@@ -78,6 +78,28 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     let out = dir.path().join("out");
     let report = generate(&models, "a red cube", &s, &out, &dev, |_| {})?;
     assert_eq!(report.trace.skipped, 0);
+    // The held-aside views were scored at the start, every 5 steps and at the end; the exported
+    // latent is the best of them, so the score never drops.
+    let steps: Vec<usize> = report.trace.evals.iter().map(|e| e.0).collect();
+    assert_eq!(steps, vec![0, 5, 10, 12]);
+    let best = report
+        .trace
+        .evals
+        .iter()
+        .map(|e| e.1)
+        .fold(f32::MIN, f32::max);
+    let at_best = report
+        .trace
+        .evals
+        .iter()
+        .find(|e| e.0 == report.trace.best_step);
+    assert_eq!(at_best.map(|e| e.1), Some(best));
+    assert!(
+        (report.score_after - best).abs() < 1e-5,
+        "{} vs {best}",
+        report.score_after
+    );
+    assert!(report.score_after >= report.score_before);
     // Every stage is timed, and the stages add up to the total.
     let t = &report.seconds;
     let stages = [

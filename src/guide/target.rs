@@ -59,13 +59,27 @@ impl Target {
         } else {
             Some(scorer.embed_texts(&kept)?)
         };
-        Ok(Self {
+        let scale = f64::from(scorer.logit_scale()?);
+        Ok(Self::from_embeddings(
+            prompt, text, negatives, scale, contrast,
+        ))
+    }
+
+    /// A target from unit embeddings: `text (1, D)`, `negatives (k, D)`, logit scale `scale`.
+    pub fn from_embeddings(
+        prompt: &str,
+        text: Tensor,
+        negatives: Option<Tensor>,
+        scale: f64,
+        contrast: f64,
+    ) -> Self {
+        Self {
             prompt: prompt.to_string(),
             text,
-            negatives,
-            scale: f64::from(scorer.logit_scale()?),
+            negatives: negatives.filter(|_| contrast != 0.0),
+            scale,
             contrast,
-        })
+        }
     }
 
     /// The prompt.
@@ -104,5 +118,43 @@ impl Target {
             loss = (loss + (ce * (self.contrast / self.scale))?)?;
         }
         Ok(ClipTerm { loss, cosine })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn unit(v: &[f32]) -> Tensor {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let v: Vec<f32> = v.iter().map(|x| x / n).collect();
+        Tensor::from_vec(v, (1, 3), &Device::Cpu).unwrap()
+    }
+
+    /// Without negatives the term is −cos; with negatives it adds c·CE/s, where
+    /// CE = log(Σ exp(s·cosᵢ)) − s·cos₀ (here checked by hand), and its gradient pushes the image
+    /// away from the negative that it resembles.
+    #[test]
+    fn contrastive_term_matches_its_formula() -> Result<()> {
+        let (t, n) = (unit(&[1.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0]));
+        let e = unit(&[0.6, 0.8, 0.0]); // cos to t 0.6, to n 0.8
+        let bare = Target::from_embeddings("t", t.clone(), None, 10.0, 1.0).term(&e)?;
+        assert!((bare.loss.to_scalar::<f32>()? + 0.6).abs() < 1e-6);
+        let target = Target::from_embeddings("t", t, Some(n), 10.0, 0.5);
+        let term = target.term(&e)?;
+        let ce = ((6f64).exp() + (8f64).exp()).ln() - 6.0;
+        let want = -0.6 + 0.5 * ce / 10.0;
+        assert!((term.loss.to_scalar::<f32>()? as f64 - want).abs() < 1e-5);
+        assert!((term.cosine.to_scalar::<f32>()? - 0.6).abs() < 1e-6);
+        // d loss / d e: more of the prompt direction, less of the negative's.
+        let var = Var::from_tensor(&e)?;
+        let g = target.term(var.as_tensor())?.loss.backward()?;
+        let g = g
+            .get(&var)
+            .map(|g| g.flatten_all().and_then(|g| g.to_vec1::<f32>()));
+        let g = g.ok_or_else(|| candle_core::Error::Msg("no gradient".into()))??;
+        assert!(g[0] < 0.0 && g[1] > 0.0, "{g:?}");
+        Ok(())
     }
 }
