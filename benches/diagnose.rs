@@ -14,26 +14,11 @@ use anyhow::Result;
 use candle_core::{Device, Tensor, Var, D};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::guide::GuideSettings;
+use clipsculpt::guide::{held_aside_cameras, GuideSettings};
 use clipsculpt::pipeline::extract_mesh;
 use clipsculpt::pipeline::{Models, RunSettings};
-use clipsculpt::render::{render_views, Camera, RenderSettings};
+use clipsculpt::render::{render_views, RenderSettings};
 use clipsculpt::toy::{caption, classify, is_held_out, world::combinations, HELD_OUT};
-
-fn cameras(res: usize) -> Vec<Camera> {
-    (0..4)
-        .map(|i| {
-            Camera::orbit(
-                i as f32 * std::f32::consts::FRAC_PI_2 + 0.3,
-                30f32.to_radians(),
-                4.0,
-                0.7,
-                res,
-                res,
-            )
-        })
-        .collect()
-}
 
 /// Mean over the 4 fixed views of the cosine to every caption `(36)`, differentiable in `z`.
 fn caption_cosines(models: &Models, texts: &Tensor, z: &Tensor) -> Result<Tensor> {
@@ -45,7 +30,13 @@ fn caption_cosines(models: &Models, texts: &Tensor, z: &Tensor) -> Result<Tensor
         chunk_rays: None,
         background: Some([1.0, 1.0, 1.0]),
     };
-    let views = render_views(dec, z, &cameras(res), &settings, &mut Rng::new(2))?;
+    let views = render_views(
+        dec,
+        z,
+        &held_aside_cameras(res),
+        &settings,
+        &mut Rng::new(2),
+    )?;
     let images = views.rgb.permute((0, 3, 1, 2))?.contiguous()?;
     let emb = models.scorer.embed_images(&images, &Policy::None)?;
     Ok(emb.matmul(&texts.t()?)?.mean(0)?)

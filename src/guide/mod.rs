@@ -8,7 +8,9 @@ pub mod schedule;
 pub mod start;
 pub mod target;
 
-pub use optimize::{optimize, score, GuideError, GuideSettings, GuideTrace, Score};
+pub use optimize::{
+    held_aside_cameras, optimize, score, GuideError, GuideSettings, GuideTrace, Score,
+};
 pub use start::{choose_start, StartChoice};
 pub use target::Target;
 

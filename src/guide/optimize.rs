@@ -299,18 +299,7 @@ pub fn score(
     latent: &Tensor,
     resolution: usize,
 ) -> Result<Score> {
-    let cams: Vec<Camera> = (0..4)
-        .map(|i| {
-            Camera::orbit(
-                i as f32 * std::f32::consts::FRAC_PI_2 + 0.3,
-                30f32.to_radians(),
-                4.0,
-                0.7,
-                resolution,
-                resolution,
-            )
-        })
-        .collect();
+    let cams = held_aside_cameras(resolution);
     let settings = RenderSettings {
         n_coarse: 32,
         n_fine: 32,
@@ -331,6 +320,22 @@ pub fn score(
         score: -term.loss.to_scalar::<f32>()?,
         cosine: term.cosine.to_scalar::<f32>()?,
     })
+}
+
+/// The four held-aside cameras: azimuths 90° apart (offset 0.3 rad), 30° elevation, `side` pixels.
+pub fn held_aside_cameras(side: usize) -> Vec<Camera> {
+    (0..4)
+        .map(|i| {
+            Camera::orbit(
+                i as f32 * std::f32::consts::FRAC_PI_2 + 0.3,
+                30f32.to_radians(),
+                4.0,
+                0.7,
+                side,
+                side,
+            )
+        })
+        .collect()
 }
 
 /// Seed of the held-aside views' ray draws (fixed, so every evaluation sees the same views).

@@ -58,6 +58,7 @@ pub fn toy_tokenizer_json() -> String {
     });
     // ok: a json! value of strings and numbers always serialises.
     serde_json::to_string_pretty(&doc).expect("serialising an in-memory JSON value cannot fail")
+    // ok: in-memory value
 }
 
 /// Pieces of lowercase ASCII text as CLIP's regex splits them: letter runs, single digits, runs of other
