@@ -237,9 +237,7 @@ pub struct LatentField<'a> {
 impl Field for LatentField<'_> {
     fn eval(&self, points: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
         let (sdf, rgb) = self.decoder.query_field(&self.latent, points)?;
-        // sRGB → linear: ((c + 0.055) / 1.055)^2.4 (the linear segment is below 0.04045).
-        let linear = ((rgb + 0.055)? / 1.055)?.powf(2.4)?;
-        Ok((sdf, linear))
+        Ok((sdf, mesh::colour::srgb_to_linear_tensor(&rgb)?))
     }
 }
 

@@ -39,7 +39,7 @@ fn extracted_meshes_carry_the_field_colours() -> Result<()> {
     let srgb = rgb.flatten_all()?.to_vec1::<f32>()?;
     for (c, s) in m.colours[0].iter().zip(srgb) {
         assert!(
-            (c - clipsculpt::mesh::colour::srgb_to_linear(s)).abs() < 1e-3,
+            (c - clipsculpt::mesh::colour::srgb_to_linear(s)).abs() < 1e-5,
             "{c} vs linear({s})"
         );
     }

@@ -33,6 +33,14 @@ pub fn srgb_to_linear(u: f32) -> f32 {
     }
 }
 
+/// [`srgb_to_linear`] on every element of a tensor (values clamped to [0, 1] first).
+pub fn srgb_to_linear_tensor(t: &candle_core::Tensor) -> candle_core::Result<candle_core::Tensor> {
+    let u = t.clamp(0f32, 1f32)?;
+    let low = (&u / 12.92)?;
+    let high = ((&u + 0.055)? / 1.055)?.powf(2.4)?;
+    u.le(0.040_45f32)?.where_cond(&low, &high)
+}
+
 /// Linear RGB to sRGB-encoded bytes (PLY, previews).
 pub fn srgb_bytes(linear: [f32; 3]) -> [u8; 3] {
     linear.map(|c| (linear_to_srgb(c) * 255.0).round() as u8)
@@ -56,6 +64,25 @@ pub fn clamp_linear(linear: [f32; 3]) -> [f32; 3] {
 
 #[cfg(test)]
 mod tests {
+
+    /// The tensor form agrees with the scalar one, on both sides of the linear segment's end.
+    #[test]
+    fn tensor_form_matches_the_scalar_form() {
+        let xs: Vec<f32> = (0..=200)
+            .map(|i| i as f32 / 200.0)
+            .chain([0.01, 0.04, 0.0405, -0.5, 1.5])
+            .collect();
+        let t = candle_core::Tensor::new(xs.as_slice(), &candle_core::Device::Cpu).unwrap();
+        let got = srgb_to_linear_tensor(&t).unwrap().to_vec1::<f32>().unwrap();
+        for (x, g) in xs.iter().zip(got) {
+            assert!(
+                (g - srgb_to_linear(*x)).abs() < 1e-6,
+                "{x}: {g} vs {}",
+                srgb_to_linear(*x)
+            );
+        }
+    }
+
     use super::*;
 
     #[test]
