@@ -83,8 +83,8 @@ fn build_case(index: u8) -> Case {
     for face in FACES {
         // ok: consecutive corners of a cube face always share an edge (internal invariant).
         let edge = |k: usize| {
-            edge_between(face[k], face[(k + 1) % 4]).expect("face cycle corners share edges (bug)")
-            // ok: table invariant
+            let e = edge_between(face[k], face[(k + 1) % 4]);
+            e.expect("face cycle corners share edges (bug)") // ok: table invariant
         };
         let crossed: Vec<usize> = (0..4)
             .filter(|&k| inside(face[k]) != inside(face[(k + 1) % 4]))

@@ -57,8 +57,8 @@ pub fn toy_tokenizer_json() -> String {
                   "ignore_merges": false, "vocab": vocab, "merges": merges}
     });
     // ok: a json! value of strings and numbers always serialises.
-    serde_json::to_string_pretty(&doc).expect("serialising an in-memory JSON value cannot fail")
-    // ok: in-memory value
+    let text = serde_json::to_string_pretty(&doc);
+    text.expect("serialising an in-memory JSON value cannot fail") // ok: in-memory value
 }
 
 /// Pieces of lowercase ASCII text as CLIP's regex splits them: letter runs, single digits, runs of other
