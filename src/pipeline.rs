@@ -19,7 +19,7 @@ use crate::device::device_name;
 use crate::guide::{self, GuideSettings, GuideTrace, StartChoice, Target};
 use crate::mesh::{self, ExportReport, Field, Format};
 use crate::render::{contact_sheet, preview_settings};
-use crate::shap_e::{save_latent, Decoder, ShapE};
+use crate::shap_e::{save_latent, Decoder, FieldQuery, ShapE};
 
 /// The random streams of a run, forked from its root generator `Rng::new(seed)`: the same
 /// stream numbers give `generate`, `sample` and `eval` the same draws for the same seed.
@@ -228,16 +228,27 @@ pub fn read_negatives(path: &Path) -> Result<Vec<String>> {
 
 /// The decoder's SDF and colour as a mesh field (sRGB colours linearised for the writers).
 pub struct LatentField<'a> {
-    /// The decoder.
-    pub decoder: &'a Decoder,
-    /// A plain latent (no graph).
-    pub latent: Tensor,
+    /// The latent's field query, prepared once (no graph).
+    query: FieldQuery<'a>,
+}
+
+impl<'a> LatentField<'a> {
+    /// The field of `latent` (detached) under `decoder`.
+    pub fn new(decoder: &'a Decoder, latent: &Tensor) -> candle_core::Result<Self> {
+        Ok(Self {
+            query: decoder.field(&latent.detach())?,
+        })
+    }
 }
 
 impl Field for LatentField<'_> {
     fn eval(&self, points: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
-        let (sdf, rgb) = self.decoder.query_field(&self.latent, points)?;
+        let (sdf, rgb) = self.query.query(points)?;
         Ok((sdf, mesh::colour::srgb_to_linear_tensor(&rgb)?))
+    }
+
+    fn eval_scalar(&self, points: &Tensor) -> candle_core::Result<Tensor> {
+        Ok(self.query.query(points)?.0)
     }
 }
 
@@ -249,10 +260,7 @@ pub fn extract_mesh(
     grid: usize,
     device: &Device,
 ) -> Result<mesh::Mesh> {
-    let field = LatentField {
-        decoder,
-        latent: latent.detach(),
-    };
+    let field = LatentField::new(decoder, latent)?;
     let g = mesh::sample_grid(&field, device, grid, mesh::Bounds::SHAP_E, 4096)?;
     let mut m = mesh::marching_cubes(&g, 0.0, mesh::McMode::Exact)?;
     m.colours = mesh::sample_colours(&field, device, &m.positions, 4096)?;
@@ -479,10 +487,7 @@ pub fn generate(
         files.push(p);
     }
     let t_previews = since(t_previews);
-    let field = LatentField {
-        decoder,
-        latent: z.detach(),
-    };
+    let field = LatentField::new(decoder, &z)?;
     let export: ExportReport =
         mesh::export_field(&field, device, s.grid, &s.formats, out_dir, "mesh")
             .with_context(|| format!("exporting the mesh of {prompt:?}"))?;

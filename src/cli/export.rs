@@ -44,10 +44,7 @@ impl Export {
             .out
             .unwrap_or_else(|| self.latent.parent().map(PathBuf::from).unwrap_or_default());
         ensure_writable(&out)?;
-        let field = LatentField {
-            decoder: &shap_e.decoder,
-            latent: z,
-        };
+        let field = LatentField::new(&shap_e.decoder, &z)?;
         let report = mesh::export_field(&field, &device, self.grid, &self.formats, &out, "mesh")?;
         for f in &report.files {
             println!("{}", f.display());

@@ -20,6 +20,12 @@ pub trait Field {
     /// Evaluates `points` `(n, 3)` f32 on some device. Returns the scalar `(n)` or `(n, 1)` (positive inside) and
     /// the colour `(n, 3)`, linear RGB in [0, 1], both on any device and any float dtype.
     fn eval(&self, points: &Tensor) -> candle_core::Result<(Tensor, Tensor)>;
+
+    /// The scalar alone (as [`Field::eval`] returns it); grid sampling calls this, so a field
+    /// may skip work on colours that would be thrown away.
+    fn eval_scalar(&self, points: &Tensor) -> candle_core::Result<Tensor> {
+        Ok(self.eval(points)?.0)
+    }
 }
 
 /// A field from a plain Rust closure `point -> (value, linear rgb)`, evaluated on the host (analytic shapes, tests).
@@ -115,7 +121,9 @@ fn eval_scalar(
     points: &[f32],
 ) -> Result<Vec<f32>, ExportError> {
     let n = points.len() / 3;
-    let (values, _) = eval_points(field, device, points.to_vec())?;
+    let wrap = |source| ExportError::Field { points: n, source };
+    let points = Tensor::from_slice(points, (n, 3), device).map_err(wrap)?;
+    let values = field.eval_scalar(&points).map_err(wrap)?.detach();
     to_host(&values, n, 1)
 }
 

@@ -12,248 +12,21 @@
 //!   `∂C·g/∂τ_k = T_k (c_k·g) − Σ_{i>k} w_i (c_i·g)` and `∂T/∂τ_k = −T`; then `τ = relu(raw)·Δ`
 //!   and `c = sigmoid(raw)`;
 //! - the MLP: `g_{k−1} = (g_k W_k) ⊙ silu'(a_{k−1})`, `∂W_k = g_kᵀ h_{k−1}` for the projected
-//!   layers (static weights and all biases are frozen: no gradient is computed for them).
+//!   layers (static weights and all biases are frozen: no gradient is computed for them). The MLP
+//!   forward and backward are [`crate::shap_e::fused_mlp`], shared with the mesh export's field
+//!   query.
 //!
 //! Used when the decoder is frozen, on the CPU, in f32 or f64, and the projected layers do not
 //! take the direction features; otherwise the renderer composes candle ops.
 
 use std::sync::{Arc, Mutex};
 
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{Device, Result, Tensor};
 
-use super::kernels::{self, Mat, Real};
+use crate::autodiff::kernels::Real;
 use crate::autodiff::vjp::attach;
-use crate::shap_e::nerstf::{posenc, Level, NerstfMlp};
-
-/// One MLP layer as plain row-major data.
-struct Layer<T> {
-    out: usize,
-    inp: usize,
-    /// Static weight `(out, inp)`; `None` when it comes from the latent.
-    weight: Option<Vec<T>>,
-    bias: Vec<T>,
-}
-
-/// The frozen part of the NeRSTF MLP as plain arrays, for one level (the last layer keeps only
-/// the 4 output rows that level reads: density, then RGB).
-pub struct FusedMlp<T> {
-    layers: Vec<Layer<T>>,
-    n_projected: usize,
-}
-
-/// Output channels read by each level: density, then the three colour channels.
-fn head_rows(level: Level) -> [usize; 4] {
-    match level {
-        Level::Coarse => [1, 6, 7, 8],
-        Level::Fine => [2, 9, 10, 11],
-    }
-}
-
-fn plain<T: Real>(t: &Tensor) -> Result<Vec<T>> {
-    t.detach().flatten_all()?.to_vec1::<T>()
-}
-
-impl<T: Real> FusedMlp<T> {
-    /// The plain form of `mlp` for `level`, or `None` when the fused pass does not apply (a
-    /// static tensor tracks a gradient, the dtype is not `T`, the device is not the CPU, or the
-    /// direction features enter a projected layer).
-    pub fn of(mlp: &NerstfMlp, level: Level, device: &Device) -> Result<Option<Self>> {
-        if !device.is_cpu() || mlp.dtype() != T::DTYPE {
-            return Ok(None);
-        }
-        let n_projected = mlp.n_projected();
-        if mlp.insert_direction_at().is_some_and(|k| k < n_projected) {
-            return Ok(None);
-        }
-        let parts = mlp.layers()?;
-        let last = parts.len() - 1;
-        let mut layers = Vec::with_capacity(parts.len());
-        for (k, (weight, bias)) in parts.into_iter().enumerate() {
-            if weight.as_ref().is_some_and(|w| w.track_op()) || bias.track_op() {
-                return Ok(None);
-            }
-            let (mut out, mut bias) = (bias.dim(0)?, plain::<T>(&bias)?);
-            let (mut weight, inp) = match weight {
-                Some(w) => {
-                    let (_, inp) = w.dims2()?;
-                    (Some(plain::<T>(&w)?), inp)
-                }
-                None => (None, 0),
-            };
-            if k == last {
-                let rows = head_rows(level);
-                if out <= rows[3] {
-                    return Ok(None);
-                }
-                let Some(w) = weight else {
-                    return Ok(None);
-                };
-                weight = Some(
-                    rows.iter()
-                        .flat_map(|&r| w[r * inp..(r + 1) * inp].to_vec())
-                        .collect(),
-                );
-                bias = rows.iter().map(|&r| bias[r]).collect();
-                out = rows.len();
-            }
-            layers.push(Layer {
-                out,
-                inp,
-                weight,
-                bias,
-            });
-        }
-        Ok(Some(Self {
-            layers,
-            n_projected,
-        }))
-    }
-
-    /// The projected weights as plain arrays, with their input widths filled in.
-    fn projected(&self, weights: &[Tensor]) -> Result<Vec<Vec<T>>> {
-        if weights.len() != self.n_projected {
-            candle_core::bail!(
-                "the MLP needs {} projected weights, got {}",
-                self.n_projected,
-                weights.len()
-            );
-        }
-        weights
-            .iter()
-            .zip(&self.layers)
-            .map(|(w, l)| {
-                let (b, out, _) = w.dims3()?;
-                if b != 1 || out != l.out {
-                    candle_core::bail!("fused NeRF pass: projected weight {:?}", w.shape());
-                }
-                plain::<T>(w)
-            })
-            .collect()
-    }
-
-    fn input_width(&self, k: usize, proj: &[Vec<T>]) -> usize {
-        let l = &self.layers[k];
-        match &l.weight {
-            Some(_) => l.inp,
-            None => proj[k].len() / l.out,
-        }
-    }
-
-    /// The MLP on encoded points `h0 (n, in₀)`: the head `(n, 4)` and, when `keep`, the hidden
-    /// pre-activations (one `(n, out_k)` per hidden layer).
-    fn forward(&self, proj: &[Vec<T>], h0: &[T], n: usize, keep: bool) -> (Vec<T>, Vec<Vec<T>>) {
-        let last = self.layers.len() - 1;
-        let mut pre = Vec::new();
-        let mut h: Vec<T> = Vec::new();
-        for (k, l) in self.layers.iter().enumerate() {
-            let inp = self.input_width(k, proj);
-            let w: &[T] = match &l.weight {
-                Some(w) => w,
-                None => &proj[k],
-            };
-            let x: &[T] = if k == 0 { h0 } else { &h };
-            let mut a = vec![T::zero(); n * l.out];
-            kernels::matmul(
-                &mut a,
-                n,
-                l.out,
-                inp,
-                Mat::rows(x, inp),
-                Mat::transposed(w, inp),
-            );
-            if k == last {
-                for row in a.chunks_exact_mut(l.out) {
-                    for (v, &b) in row.iter_mut().zip(&l.bias) {
-                        *v += b;
-                    }
-                }
-                return (a, pre);
-            }
-            if keep {
-                let mut next = vec![T::zero(); n * l.out];
-                kernels::bias_silu(&mut a, &mut next, &l.bias);
-                pre.push(a);
-                h = next;
-            } else {
-                kernels::bias_silu_inplace(&mut a, &l.bias);
-                h = a;
-            }
-        }
-        (h, pre)
-    }
-
-    /// Gradients of the projected weights (flat `(out, in)`, `None` where not needed) from the
-    /// head gradient `g (n, 4)`.
-    fn backward(
-        &self,
-        proj: &[Vec<T>],
-        h0: &[T],
-        pre: &[Vec<T>],
-        mut g: Vec<T>,
-        n: usize,
-        needs: &[bool],
-    ) -> Vec<Option<Vec<T>>> {
-        let mut grads: Vec<Option<Vec<T>>> = vec![None; self.n_projected];
-        // Layers below the lowest projected layer that needs a gradient need no backward.
-        let Some(lowest) = (0..self.n_projected).find(|&k| needs.get(k).copied().unwrap_or(false))
-        else {
-            return grads;
-        };
-        for k in (lowest..self.layers.len()).rev() {
-            let l = &self.layers[k];
-            let inp = self.input_width(k, proj);
-            let w: &[T] = match &l.weight {
-                Some(w) => w,
-                None => &proj[k],
-            };
-            let wants_dw = k < self.n_projected && needs.get(k).copied().unwrap_or(false);
-            // h_{k−1} (needed for ∂W_k) and g_{k−1} = (g_k W_k) ⊙ silu'(a_{k−1}).
-            let mut h_prev = None;
-            let mut g_prev = None;
-            if k > lowest {
-                let mut dh = vec![T::zero(); n * inp];
-                kernels::matmul(
-                    &mut dh,
-                    n,
-                    inp,
-                    l.out,
-                    Mat::rows(&g, l.out),
-                    Mat::rows(w, inp),
-                );
-                let mut hv = wants_dw.then(|| vec![T::zero(); n * inp]);
-                kernels::silu_grad(&pre[k - 1], &mut dh, hv.as_deref_mut(), inp);
-                h_prev = hv;
-                g_prev = Some(dh);
-            } else if wants_dw && k > 0 {
-                let mut hv = vec![T::zero(); n * inp];
-                kernels::silu(&pre[k - 1], &mut hv, inp);
-                h_prev = Some(hv);
-            }
-            if wants_dw {
-                let x: &[T] = if k == 0 {
-                    h0
-                } else {
-                    h_prev.as_deref().unwrap_or(&[])
-                };
-                let mut dw = vec![T::zero(); l.out * inp];
-                kernels::matmul(
-                    &mut dw,
-                    l.out,
-                    inp,
-                    n,
-                    Mat::transposed(&g, l.out),
-                    Mat::rows(x, inp),
-                );
-                grads[k] = Some(dw);
-            }
-            match g_prev {
-                Some(gp) => g = gp,
-                None => break,
-            }
-        }
-        grads
-    }
-}
+pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
+use crate::shap_e::fused_mlp::{encode, plain};
 
 /// The geometry of a chunk: sample points, bin widths, hit mask, background.
 pub struct Samples<T> {
@@ -274,9 +47,7 @@ impl<T: Real> Samples<T> {
 
     /// The position encoding `(r·s, 93)`.
     fn encode(&self, device: &Device) -> Result<Vec<T>> {
-        let n = self.points.len() / 3;
-        let pts = Tensor::from_slice(&self.points, (n, 3), device)?;
-        plain::<T>(&posenc(&pts)?)
+        encode(&self.points, device)
     }
 }
 
@@ -451,32 +222,15 @@ fn composite_backward<T: Real>(head: &[T], samples: &Samples<T>, g: &[T], bg: [T
     dhead
 }
 
-/// The fused MLP of `mlp` for `level` in the decoder's dtype, when the fused pass applies.
-pub enum Fused {
-    /// f32 decoder.
-    F32(Arc<FusedMlp<f32>>),
-    /// f64 decoder.
-    F64(Arc<FusedMlp<f64>>),
-}
-
-impl Fused {
-    /// See [`FusedMlp::of`].
-    pub fn of(mlp: &NerstfMlp, level: Level, device: &Device) -> Result<Option<Self>> {
-        Ok(match mlp.dtype() {
-            DType::F32 => FusedMlp::of(mlp, level, device)?.map(|m| Fused::F32(Arc::new(m))),
-            DType::F64 => FusedMlp::of(mlp, level, device)?.map(|m| Fused::F64(Arc::new(m))),
-            _ => None,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::{render_chunk, Camera, FusedPasses, RayDraws, RenderSettings};
     use super::*;
     use crate::autodiff::rng::Rng;
+    use crate::shap_e::fused_mlp::level_heads;
+    use crate::shap_e::nerstf::Level;
     use crate::shap_e::{Decoder, RendererConfig};
-    use candle_core::Var;
+    use candle_core::{DType, Var};
 
     /// The fused pass (coarse weights for importance sampling, then the image) gives the values
     /// and latent gradients of the composed candle ops, with a background and a missed ray.
@@ -544,8 +298,8 @@ mod tests {
             Ok((out.flatten_all()?.to_vec1()?, g.flatten_all()?.to_vec1()?))
         };
         let fused = FusedPasses {
-            coarse: Fused::of(dec.mlp(), Level::Coarse, &dev)?,
-            fine: Fused::of(dec.mlp(), Level::Fine, &dev)?,
+            coarse: Fused::of(dec.mlp(), &level_heads(Level::Coarse), &dev)?,
+            fine: Fused::of(dec.mlp(), &level_heads(Level::Fine), &dev)?,
         };
         assert!(fused.coarse.is_some() && fused.fine.is_some());
         let (a, ga) = run(&fused)?;

@@ -13,7 +13,6 @@
 pub mod camera;
 pub mod composite;
 pub mod fused;
-pub mod kernels;
 pub mod rays;
 pub mod samplers;
 pub mod sheet;
@@ -28,7 +27,8 @@ use crate::shap_e::nerstf::{self, Level, NerstfMlp};
 use crate::shap_e::Decoder;
 pub use camera::{pan_cameras, Camera};
 use fused::{Fused, Samples};
-use kernels::Real;
+use crate::autodiff::kernels::Real;
+use crate::shap_e::fused_mlp::level_heads;
 pub use sheet::{contact_sheet, preview_settings, to_rgb_image};
 
 /// Rendering options.
@@ -272,11 +272,11 @@ pub fn render_rays(
     let dev = origins.device();
     let fast = Arc::new(FusedPasses {
         coarse: if settings.n_fine > 0 {
-            Fused::of(&mlp, Level::Coarse, dev)?
+            Fused::of(&mlp, &level_heads(Level::Coarse), dev)?
         } else {
             None
         },
-        fine: Fused::of(&mlp, Level::Fine, dev)?,
+        fine: Fused::of(&mlp, &level_heads(Level::Fine), dev)?,
     });
     let batched = [
         origins.clone(),

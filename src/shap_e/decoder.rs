@@ -2,19 +2,21 @@
 //! and the component loaders. Rendering is in [`crate::render`]; this file knows only fields.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::config::{read_config, PriorConfig, RendererConfig};
 use super::error::LoadError;
+use super::fused_mlp::{Fused, FusedMlp, FIELD_HEADS};
 use super::nerstf::{self, NerstfMlp};
 use super::params_proj::ParamsProj;
 use super::prior::PriorTransformer;
 use crate::weights::files::DIFFUSERS_WEIGHTS;
 use crate::weights::{find_weights, Loaded, WeightFile};
 
-/// Points per MLP call in graph-free field queries.
+/// Points per MLP call in graph-free field queries composed from candle ops.
 const QUERY_CHUNK: usize = 4096;
 
 /// Params projection and NeRSTF MLP with their config.
@@ -98,8 +100,16 @@ impl Decoder {
     /// Graph-free field query for mesh extraction (`docs/shap-e.md`, "Mesh extraction"): `latent` `(1, rows, d)` or
     /// `(rows, d)`, `points (n, 3)` → `sdf (n)` (`tanh` of channel 0, **positive inside**) and
     /// STF colour `rgb (n, 3)` in `[0, 1]` (sRGB, before any linearisation). Inputs are detached,
-    /// so no graph is built even for a `Var` latent; evaluated in chunks of 4096 points.
+    /// so no graph is built even for a `Var` latent. For many queries of one latent, prepare it
+    /// once with [`Decoder::field`].
     pub fn query_field(&self, latent: &Tensor, points: &Tensor) -> Result<(Tensor, Tensor)> {
+        self.field(latent)?.query(points)
+    }
+
+    /// Prepares graph-free field queries of one latent (`(1, rows, d)` or `(rows, d)`): the
+    /// latent-derived MLP weights are computed once, and on the CPU the fused MLP
+    /// ([`super::fused_mlp`]) is set up when it applies.
+    pub fn field(&self, latent: &Tensor) -> Result<FieldQuery<'_>> {
         let latent = latent.detach();
         let latent = if latent.rank() == 2 && latent.dim(0)? == self.cfg.latent_rows() {
             latent.unsqueeze(0)?
@@ -110,17 +120,82 @@ impl Decoder {
             candle_core::bail!("query_field takes one latent, got {:?}", latent.shape());
         }
         let weights = self.mlp_weights(&latent)?;
+        let fused = match Fused::of(&self.mlp, &FIELD_HEADS, latent.device())? {
+            Some(Fused::F32(m)) => {
+                let proj = m.projected(&weights)?;
+                Some(FusedField::F32(m, proj))
+            }
+            Some(Fused::F64(m)) => {
+                let proj = m.projected(&weights)?;
+                Some(FusedField::F64(m, proj))
+            }
+            None => None,
+        };
+        Ok(FieldQuery {
+            decoder: self,
+            weights,
+            fused,
+        })
+    }
+}
+
+/// The fused MLP of a field query with its projected weights as plain arrays.
+enum FusedField {
+    F32(Arc<FusedMlp<f32>>, Vec<Vec<f32>>),
+    F64(Arc<FusedMlp<f64>>, Vec<Vec<f64>>),
+}
+
+/// One latent's field, prepared for graph-free queries ([`Decoder::field`]).
+pub struct FieldQuery<'a> {
+    decoder: &'a Decoder,
+    weights: Vec<Tensor>,
+    fused: Option<FusedField>,
+}
+
+impl FieldQuery<'_> {
+    /// Whether queries run on the fused CPU MLP (else on candle ops).
+    pub fn is_fused(&self) -> bool {
+        self.fused.is_some()
+    }
+
+    /// `points (n, 3)` → `sdf (n)` and sRGB `rgb (n, 3)`, as [`Decoder::query_field`].
+    pub fn query(&self, points: &Tensor) -> Result<(Tensor, Tensor)> {
+        let points = points.detach();
+        let (n, c) = points.dims2()?;
+        if c != 3 {
+            candle_core::bail!("query_field takes points (n, 3), got {:?}", points.shape());
+        }
+        let dev = points.device();
+        match &self.fused {
+            Some(FusedField::F32(m, proj)) => {
+                let p = points.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let (sdf, rgb) = m.field(proj, &p, dev)?;
+                Ok((Tensor::from_vec(sdf, n, dev)?, Tensor::from_vec(rgb, (n, 3), dev)?))
+            }
+            Some(FusedField::F64(m, proj)) => {
+                let p = points.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?;
+                let (sdf, rgb) = m.field(proj, &p, dev)?;
+                Ok((Tensor::from_vec(sdf, n, dev)?, Tensor::from_vec(rgb, (n, 3), dev)?))
+            }
+            None => self.query_composed(&points),
+        }
+    }
+
+    /// [`FieldQuery::query`] composed from candle ops, in chunks of 4096 points: the path for
+    /// other devices and dtypes, and the reference the fused MLP is tested against.
+    pub fn query_composed(&self, points: &Tensor) -> Result<(Tensor, Tensor)> {
         let points = points.detach();
         let n = points.dim(0)?;
         let (mut sdfs, mut rgbs) = (Vec::new(), Vec::new());
         for start in (0..n).step_by(QUERY_CHUNK) {
             let len = QUERY_CHUNK.min(n - start);
-            let raw = self.query(&weights, &points.narrow(0, start, len)?.unsqueeze(0)?)?;
+            let chunk = points.narrow(0, start, len)?.unsqueeze(0)?;
+            let raw = self.decoder.query(&self.weights, &chunk)?;
             sdfs.push(nerstf::sdf(&raw)?.squeeze(0)?);
             rgbs.push(nerstf::stf_rgb(&raw)?.squeeze(0)?);
         }
         if sdfs.is_empty() {
-            let dt = self.mlp.dtype();
+            let dt = self.decoder.mlp.dtype();
             return Ok((
                 Tensor::zeros(0, dt, points.device())?,
                 Tensor::zeros((0, 3), dt, points.device())?,

@@ -8,6 +8,7 @@ pub mod config;
 pub mod decoder;
 pub mod describe;
 pub mod error;
+pub mod fused_mlp;
 pub mod latent;
 pub mod model;
 pub mod nerstf;
@@ -17,7 +18,7 @@ pub mod sampler;
 pub mod scheduler;
 
 pub use config::{PriorConfig, RendererConfig, SchedulerConfig};
-pub use decoder::{load_prior, Decoder};
+pub use decoder::{load_prior, Decoder, FieldQuery};
 pub use describe::describe;
 pub use error::LoadError;
 pub use latent::{load_latent, save_latent};

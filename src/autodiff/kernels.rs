@@ -1,5 +1,7 @@
-//! CPU kernels of the fused NeRF pass ([`super::fused`]): a strided matrix product on the `gemm`
-//! crate (the one candle uses) and one-pass, multi-threaded bias + SiLU forward and backward.
+//! Plain-array CPU kernels of the fused passes (the NeRSTF MLP of
+//! `shap_e::fused_mlp`, which the renderer's fused NeRF pass and the graph-free field query of
+//! the mesh export share): a strided matrix product on the `gemm` crate (the one candle uses)
+//! and one-pass, multi-threaded bias + SiLU forward and backward.
 //!
 //! The SiLU kernels use the vectorisable `exp` of [`crate::autodiff::fastmath`], compiled for
 //! AVX-512 or AVX2 when the CPU has them, so each activation costs a few vector instructions
@@ -8,7 +10,7 @@
 use candle_core::WithDType;
 use rayon::prelude::*;
 
-use crate::autodiff::fastmath::{exp_f32, simd_dispatch};
+use super::fastmath::{exp_f32, simd_dispatch};
 
 /// Rows per rayon task of the elementwise kernels.
 const ROWS_PER_TASK: usize = 128;
