@@ -202,6 +202,96 @@ fn params_proj_and_mlp_match_diffusers() {
     }
 }
 
+/// The mesh export's field query runs on the fused CPU MLP; it equals the composition of candle
+/// ops (`FieldQuery::query_composed`) on the trained toy decoder (a real shape's latent, so the
+/// SDF has both signs) and on random decoders: diffusers' tiny ones in f32 and f64, and a random
+/// Shap-E pipeline's. 5000 points: more than one chunk of the composed path.
+#[test]
+fn fused_field_query_matches_the_composed_ops() {
+    let dev = Device::Cpu;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let toy = Decoder::load(
+        &root.join("assets/toy/shap_e/shap_e_renderer"),
+        DType::F32,
+        &dev,
+    )
+    .expect("toy decoder loads")
+    .model;
+    let toy_latents =
+        candle_core::safetensors::load(root.join("assets/toy/latents.safetensors"), &dev)
+            .expect("toy latents load");
+    let tmp = tempfile::tempdir().unwrap();
+    clipsculpt::toy::random::write_random_shap_e(
+        tmp.path(),
+        clipsculpt::toy::random::ShapESizes {
+            d_hidden: 24,
+            d_latent: 16,
+            prior_layers: 1,
+            prior_width: None,
+            text_width: 16,
+        },
+        11,
+    )
+    .unwrap();
+    let random = Decoder::load(&tmp.path().join("shap_e_renderer"), DType::F32, &dev)
+        .expect("random decoder loads")
+        .model;
+    let mut rng = Rng::new(3);
+    let points = rng.uniform_tensor(&[5000, 3], &dev).unwrap().affine(2.2, -1.1).unwrap();
+    let mut cases: Vec<(String, Decoder, Tensor)> =
+        vec![("toy".into(), toy, toy_latents["latent"].get(0).unwrap())];
+    for (name, dtype) in [("a", DType::F32), ("a", DType::F64), ("b", DType::F32)] {
+        let dec = decoder(name, dtype);
+        let rows = dec.config().latent_rows();
+        let z = rng
+            .normal_tensor(&[1, rows, dec.config().d_latent], &dev)
+            .unwrap();
+        cases.push((format!("diffusers {name} {dtype:?}"), dec, z));
+    }
+    let rows = random.config().latent_rows();
+    let z = (rng.normal_tensor(&[1, rows, 16], &dev).unwrap() * 3.0).unwrap();
+    cases.push(("random pipeline".into(), random, z));
+    for (name, dec, z) in cases {
+        let field = dec.field(&z).unwrap();
+        assert!(field.is_fused(), "{name}: the fused MLP applies");
+        let (sdf, rgb) = field.query(&points).unwrap();
+        let (sdf_ref, rgb_ref) = field.query_composed(&points).unwrap();
+        assert_eq!(sdf.dims(), &[5000]);
+        assert_eq!(rgb.dims(), &[5000, 3]);
+        assert_eq!(sdf.dtype(), sdf_ref.dtype());
+        let (e_sdf, e_rgb) = (max_abs(&sdf, &sdf_ref), max_abs(&rgb, &rgb_ref));
+        eprintln!("{name}: sdf {e_sdf:e}, rgb {e_rgb:e}");
+        assert!(
+            e_sdf <= 1e-5 && e_rgb <= 1e-5,
+            "{name}: sdf {e_sdf}, rgb {e_rgb}"
+        );
+        // Not a trivial field: the SDF varies, and the toy shape has an inside and an outside.
+        let v = sdf_ref
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let (lo, hi) = v
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+        assert!(hi - lo > 1e-3, "{name}: sdf range {lo}..{hi}");
+        if name == "toy" {
+            assert!(lo < 0.0 && hi > 0.0, "toy sdf range {lo}..{hi}");
+        }
+    }
+    // The convenience entry point takes the fused path too.
+    let dec = decoder("a", DType::F32);
+    let z = rng
+        .normal_tensor(
+            &[1, dec.config().latent_rows(), dec.config().d_latent],
+            &dev,
+        )
+        .unwrap();
+    let (a, _) = dec.query_field(&z, &points).unwrap();
+    let (b, _) = dec.field(&z).unwrap().query_composed(&points).unwrap();
+    assert!(max_abs(&a, &b) <= 1e-5);
+}
+
 fn fixture_draws(fx: &HashMap<String, Tensor>, name: &str) -> (RayDraws, RenderSettings, usize) {
     let k = |s: &str| fx[&format!("{name}.render.{s}")].clone();
     let shape = k("shape").to_vec1::<f32>().unwrap();

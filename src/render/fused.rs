@@ -25,8 +25,8 @@ use candle_core::{Device, Result, Tensor};
 
 use crate::autodiff::kernels::Real;
 use crate::autodiff::vjp::attach;
-pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 use crate::shap_e::fused_mlp::{encode, plain};
+pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 
 /// The geometry of a chunk: sample points, bin widths, hit mask, background.
 pub struct Samples<T> {

@@ -22,13 +22,13 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Result, Tensor};
 
 use crate::autodiff::checkpoint;
+use crate::autodiff::kernels::Real;
 use crate::autodiff::rng::Rng;
+use crate::shap_e::fused_mlp::level_heads;
 use crate::shap_e::nerstf::{self, Level, NerstfMlp};
 use crate::shap_e::Decoder;
 pub use camera::{pan_cameras, Camera};
 use fused::{Fused, Samples};
-use crate::autodiff::kernels::Real;
-use crate::shap_e::fused_mlp::level_heads;
 pub use sheet::{contact_sheet, preview_settings, to_rgb_image};
 
 /// Rendering options.

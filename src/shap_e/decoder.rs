@@ -168,14 +168,26 @@ impl FieldQuery<'_> {
         let dev = points.device();
         match &self.fused {
             Some(FusedField::F32(m, proj)) => {
-                let p = points.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let p = points
+                    .to_dtype(DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?;
                 let (sdf, rgb) = m.field(proj, &p, dev)?;
-                Ok((Tensor::from_vec(sdf, n, dev)?, Tensor::from_vec(rgb, (n, 3), dev)?))
+                Ok((
+                    Tensor::from_vec(sdf, n, dev)?,
+                    Tensor::from_vec(rgb, (n, 3), dev)?,
+                ))
             }
             Some(FusedField::F64(m, proj)) => {
-                let p = points.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?;
+                let p = points
+                    .to_dtype(DType::F64)?
+                    .flatten_all()?
+                    .to_vec1::<f64>()?;
                 let (sdf, rgb) = m.field(proj, &p, dev)?;
-                Ok((Tensor::from_vec(sdf, n, dev)?, Tensor::from_vec(rgb, (n, 3), dev)?))
+                Ok((
+                    Tensor::from_vec(sdf, n, dev)?,
+                    Tensor::from_vec(rgb, (n, 3), dev)?,
+                ))
             }
             None => self.query_composed(&points),
         }
