@@ -409,6 +409,22 @@ pub enum Progress {
     Step(usize, f32),
 }
 
+/// Whether two tensors have the same shape and bitwise-equal values (compared as f32).
+fn same_values(a: &Tensor, b: &Tensor) -> Result<bool> {
+    if a.dims() != b.dims() {
+        return Ok(false);
+    }
+    let v = |t: &Tensor| -> Result<Vec<u32>> {
+        Ok(t.to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?
+            .into_iter()
+            .map(f32::to_bits)
+            .collect())
+    };
+    Ok(v(a)? == v(b)?)
+}
+
 /// Runs the whole job for `prompt` into `out_dir`, reporting progress through `on_progress`.
 pub fn generate(
     models: &Models,
@@ -446,15 +462,25 @@ pub fn generate(
     let peak_optimize_bytes = meter.peak_above_base();
     let t_opt = since(t1);
     let t_score = Instant::now();
-    let after = guide::score(decoder, &models.scorer, &target, &z, score_res)?;
+    // Scores and previews are deterministic functions of the latent (fixed cameras and draws),
+    // so when guidance left the latent unchanged (`--steps 0`) the prior's are reused.
+    let unchanged = same_values(&z0, &z)?;
+    let after = if unchanged {
+        before
+    } else {
+        guide::score(decoder, &models.scorer, &target, &z, score_res)?
+    };
     let held_out_scores = match &models.held_out {
         Some(h) => {
             let t = Target::new(h, prompt, &[], 0.0)?;
             let res = h.image_size();
-            Some([
-                guide::score(decoder, h, &t, &z0, res)?.cosine,
-                guide::score(decoder, h, &t, &z, res)?.cosine,
-            ])
+            let prior = guide::score(decoder, h, &t, &z0, res)?.cosine;
+            let guided = if unchanged {
+                prior
+            } else {
+                guide::score(decoder, h, &t, &z, res)?.cosine
+            };
+            Some([prior, guided])
         }
         None => None,
     };
@@ -474,17 +500,22 @@ pub fn generate(
     let t_latents = since(t_latents);
     let t_previews = Instant::now();
     let preview = preview_settings();
+    let mut prior_png = None;
     for (name, latent) in [("preview_prior.png", &z0), ("preview.png", &z)] {
-        let png = contact_sheet(
-            decoder,
-            latent,
-            s.preview_size,
-            &preview,
-            &mut rng.fork(stream::PREVIEW),
-        )?;
+        let png = match prior_png.take() {
+            Some(png) if unchanged => png,
+            _ => contact_sheet(
+                decoder,
+                latent,
+                s.preview_size,
+                &preview,
+                &mut rng.fork(stream::PREVIEW),
+            )?,
+        };
         let p = out_dir.join(name);
         write_atomic(&p, &png).with_context(|| format!("writing {}", p.display()))?;
         files.push(p);
+        prior_png = Some(png);
     }
     let t_previews = since(t_previews);
     let field = LatentField::new(decoder, &z)?;

@@ -237,7 +237,11 @@ fn fused_field_query_matches_the_composed_ops() {
         .expect("random decoder loads")
         .model;
     let mut rng = Rng::new(3);
-    let points = rng.uniform_tensor(&[5000, 3], &dev).unwrap().affine(2.2, -1.1).unwrap();
+    let points = rng
+        .uniform_tensor(&[5000, 3], &dev)
+        .unwrap()
+        .affine(2.2, -1.1)
+        .unwrap();
     let mut cases: Vec<(String, Decoder, Tensor)> =
         vec![("toy".into(), toy, toy_latents["latent"].get(0).unwrap())];
     for (name, dtype) in [("a", DType::F32), ("a", DType::F64), ("b", DType::F32)] {

@@ -10,7 +10,7 @@
 use candle_core::WithDType;
 use rayon::prelude::*;
 
-use super::fastmath::{exp_f32, simd_dispatch};
+use super::fastmath::{self, exp_f32, simd_dispatch};
 
 /// Rows per rayon task of the elementwise kernels.
 const ROWS_PER_TASK: usize = 128;
@@ -25,6 +25,9 @@ pub trait Real: WithDType + std::ops::Neg<Output = Self> {
     fn tanh(self) -> Self;
     /// The larger of two values.
     fn max_of(self, other: Self) -> Self;
+    /// `v = sin(v)` elementwise: vectorised in f32 ([`fastmath::sin_in_place`], within one ulp
+    /// of libm's `sinf`), libm's in f64.
+    fn sin_in_place(v: &mut [Self]);
 }
 
 impl Real for f32 {
@@ -42,6 +45,9 @@ impl Real for f32 {
     fn max_of(self, other: Self) -> Self {
         f32::max(self, other)
     }
+    fn sin_in_place(v: &mut [Self]) {
+        fastmath::sin_in_place(v);
+    }
 }
 
 impl Real for f64 {
@@ -58,6 +64,11 @@ impl Real for f64 {
     #[inline(always)]
     fn max_of(self, other: Self) -> Self {
         f64::max(self, other)
+    }
+    fn sin_in_place(v: &mut [Self]) {
+        for x in v {
+            *x = x.sin();
+        }
     }
 }
 
@@ -182,6 +193,30 @@ impl<'a, T> Mat<'a, T> {
 /// # Panics
 /// When an operand is too short for its shape and strides (a bug in the caller).
 pub fn matmul<T: Real>(dst: &mut [T], m: usize, n: usize, k: usize, lhs: Mat<T>, rhs: Mat<T>) {
+    matmul_on(true, dst, m, n, k, lhs, rhs);
+}
+
+/// [`matmul`] on the calling thread alone (for callers that parallelise over blocks of rows).
+pub fn matmul_serial<T: Real>(
+    dst: &mut [T],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<T>,
+    rhs: Mat<T>,
+) {
+    matmul_on(false, dst, m, n, k, lhs, rhs);
+}
+
+fn matmul_on<T: Real>(
+    parallel: bool,
+    dst: &mut [T],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<T>,
+    rhs: Mat<T>,
+) {
     assert!(
         dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n),
         "matmul operands do not match ({m}×{k} · {k}×{n})"
@@ -194,7 +229,7 @@ pub fn matmul<T: Real>(dst: &mut [T], m: usize, n: usize, k: usize, lhs: Mat<T>,
         return;
     }
     let threads = rayon::current_num_threads();
-    let parallelism = if threads > 1 {
+    let parallelism = if parallel && threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None

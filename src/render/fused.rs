@@ -22,6 +22,7 @@
 use std::sync::{Arc, Mutex};
 
 use candle_core::{Device, Result, Tensor};
+use rayon::prelude::*;
 
 use crate::autodiff::kernels::Real;
 use crate::autodiff::vjp::attach;
@@ -46,8 +47,8 @@ impl<T: Real> Samples<T> {
     }
 
     /// The position encoding `(r·s, 93)`.
-    fn encode(&self, device: &Device) -> Result<Vec<T>> {
-        encode(&self.points, device)
+    fn encode(&self) -> Vec<T> {
+        encode(&self.points)
     }
 }
 
@@ -75,25 +76,31 @@ fn composite_ray<T: Real>(head: &[T], delta: &[T], mut w: Option<&mut [T]>) -> (
     (colour, (-mass).exp())
 }
 
+/// Rays per rayon task of the compositing loops.
+const RAYS_PER_TASK: usize = 64;
+
 /// Compositing weights `(r, s)` of `level` (graph-free), for importance sampling.
 pub fn coarse_weights<T: Real>(
     mlp: &FusedMlp<T>,
     weights: &[Tensor],
     samples: &Samples<T>,
-    device: &Device,
 ) -> Result<Vec<T>> {
     let proj = mlp.projected(weights)?;
-    let h0 = samples.encode(device)?;
-    let (head, _) = mlp.forward(&proj, &h0, samples.points.len() / 3, false);
+    let head = mlp.infer(&proj, &samples.points);
     let s = samples.per_ray;
     let mut w = vec![T::zero(); samples.rays() * s];
-    for ((w, head), delta) in w
-        .chunks_exact_mut(s)
-        .zip(head.chunks_exact(4 * s))
-        .zip(samples.delta.chunks_exact(s))
-    {
-        composite_ray(head, delta, Some(w));
-    }
+    w.par_chunks_mut(RAYS_PER_TASK * s)
+        .zip(head.par_chunks(RAYS_PER_TASK * 4 * s))
+        .zip(samples.delta.par_chunks(RAYS_PER_TASK * s))
+        .for_each(|((w, head), delta)| {
+            for ((w, head), delta) in w
+                .chunks_exact_mut(s)
+                .zip(head.chunks_exact(4 * s))
+                .zip(delta.chunks_exact(s))
+            {
+                composite_ray(head, delta, Some(w));
+            }
+        });
     Ok(w)
 }
 
@@ -115,25 +122,38 @@ pub fn render<T: Real>(
     device: &Device,
 ) -> Result<Tensor> {
     let proj = mlp.projected(weights)?;
-    let h0 = samples.encode(device)?;
     let (s, r) = (samples.per_ray, samples.rays());
     let keep = weights.iter().any(|w| w.track_op());
-    let (head, pre) = mlp.forward(&proj, &h0, r * s, keep);
+    // Without a gradient to keep, the blocked forward (no saved activations); else the layer-wise
+    // one, which keeps the encoding and the pre-activations for backward.
+    let (h0, head, pre) = if keep {
+        let h0 = samples.encode();
+        let (head, pre) = mlp.forward(&proj, &h0, r * s, true);
+        (h0, head, pre)
+    } else {
+        (Vec::new(), mlp.infer(&proj, &samples.points), Vec::new())
+    };
     let bg = background.map(|c| T::from_f64(c as f64));
     let mut out = vec![T::zero(); r * 4];
-    for (((o, head), delta), &hit) in out
-        .chunks_exact_mut(4)
-        .zip(head.chunks_exact(4 * s))
-        .zip(samples.delta.chunks_exact(s))
-        .zip(&samples.hit)
-    {
-        let (c, tr) = composite_ray(head, delta, None);
-        let t = tr * hit + (T::one() - hit);
-        for j in 0..3 {
-            o[j] = c[j] * hit + t * bg[j];
-        }
-        o[3] = T::one() - t;
-    }
+    out.par_chunks_mut(RAYS_PER_TASK * 4)
+        .zip(head.par_chunks(RAYS_PER_TASK * 4 * s))
+        .zip(samples.delta.par_chunks(RAYS_PER_TASK * s))
+        .zip(samples.hit.par_chunks(RAYS_PER_TASK))
+        .for_each(|(((out, head), delta), hit)| {
+            for (((o, head), delta), &hit) in out
+                .chunks_exact_mut(4)
+                .zip(head.chunks_exact(4 * s))
+                .zip(delta.chunks_exact(s))
+                .zip(hit)
+            {
+                let (c, tr) = composite_ray(head, delta, None);
+                let t = tr * hit + (T::one() - hit);
+                for j in 0..3 {
+                    o[j] = c[j] * hit + t * bg[j];
+                }
+                o[3] = T::one() - t;
+            }
+        });
     let out = Tensor::from_vec(out, (r, 4), device)?;
     if !keep {
         return Ok(out);
@@ -154,7 +174,7 @@ pub fn render<T: Real>(
                 Some(s) => s,
                 None => {
                     // A second backward through the same node: recompute.
-                    let h0 = samples.encode(v.grad.device())?;
+                    let h0 = samples.encode();
                     let (head, pre) = mlp.forward(&proj, &h0, r * s, true);
                     Saved { h0, pre, head }
                 }

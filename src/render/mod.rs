@@ -198,11 +198,11 @@ fn render_chunk(
         let cw: Vec<f32> = match &fast.coarse {
             Some(Fused::F32(m)) => {
                 let samples = fused_samples(&o, &d, &coarse, &deltas(&coarse), &hit);
-                fused::coarse_weights(m, &frozen, &samples, &dev)?
+                fused::coarse_weights(m, &frozen, &samples)?
             }
             Some(Fused::F64(m)) => {
                 let samples = fused_samples(&o, &d, &coarse, &deltas(&coarse), &hit);
-                let w = fused::coarse_weights(m, &frozen, &samples, &dev)?;
+                let w = fused::coarse_weights(m, &frozen, &samples)?;
                 w.into_iter().map(|x| x as f32).collect()
             }
             None => {

@@ -172,7 +172,7 @@ impl FieldQuery<'_> {
                     .to_dtype(DType::F32)?
                     .flatten_all()?
                     .to_vec1::<f32>()?;
-                let (sdf, rgb) = m.field(proj, &p, dev)?;
+                let (sdf, rgb) = m.field(proj, &p)?;
                 Ok((
                     Tensor::from_vec(sdf, n, dev)?,
                     Tensor::from_vec(rgb, (n, 3), dev)?,
@@ -183,7 +183,7 @@ impl FieldQuery<'_> {
                     .to_dtype(DType::F64)?
                     .flatten_all()?
                     .to_vec1::<f64>()?;
-                let (sdf, rgb) = m.field(proj, &p, dev)?;
+                let (sdf, rgb) = m.field(proj, &p)?;
                 Ok((
                     Tensor::from_vec(sdf, n, dev)?,
                     Tensor::from_vec(rgb, (n, 3), dev)?,

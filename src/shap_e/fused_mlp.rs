@@ -11,11 +11,11 @@
 //! Applies when the decoder is frozen (no static tensor tracks a gradient), on the CPU, in f32 or
 //! f64, and the projected layers do not take the direction features.
 
-use std::any::Any;
-
 use candle_core::{DType, Device, Result, Tensor};
+use rayon::prelude::*;
 
-use super::nerstf::{posenc, posenc_f32, Level, NerstfMlp};
+use super::config::POSENC_DIM;
+use super::nerstf::{posenc_into, Level, NerstfMlp};
 use crate::autodiff::kernels::{self, Mat, Real};
 
 /// Output channels: signed distance, density (coarse, fine), STF RGB, NeRF RGB (coarse, fine).
@@ -55,18 +55,18 @@ pub fn plain<T: Real>(t: &Tensor) -> Result<Vec<T>> {
     t.detach().flatten_all()?.to_vec1::<T>()
 }
 
-/// The position encoding of flat points `(n·3)` → flat `(n·93)`: the vectorised f32 path of
-/// [`posenc_f32`] for f32, [`posenc`]'s tensor ops otherwise.
-pub fn encode<T: Real>(points: &Vec<T>, device: &Device) -> Result<Vec<T>> {
-    if let Some(p) = (points as &dyn Any).downcast_ref::<Vec<f32>>() {
-        let boxed: Box<dyn Any> = Box::new(posenc_f32(p));
-        if let Ok(v) = boxed.downcast::<Vec<T>>() {
-            return Ok(*v);
-        }
-    }
-    let n = points.len() / 3;
-    let pts = Tensor::from_slice(points, (n, 3), device)?;
-    plain::<T>(&posenc(&pts)?)
+/// Points per block of the position encoding and of [`FusedMlp::infer`]: one block's
+/// activations (93 encoded values and one hidden layer per point) stay in a core's cache.
+const BLOCK: usize = 512;
+
+/// The position encoding of flat points `(n·3)` → flat `(n·93)` ([`posenc_into`]), in parallel
+/// over blocks of points.
+pub fn encode<T: Real>(points: &[T]) -> Vec<T> {
+    let mut out = vec![T::zero(); points.len() / 3 * POSENC_DIM];
+    out.par_chunks_mut(BLOCK * POSENC_DIM)
+        .zip(points.par_chunks(BLOCK * 3))
+        .for_each(|(out, p)| posenc_into(p, out));
+    out
 }
 
 impl<T: Real> FusedMlp<T> {
@@ -289,32 +289,91 @@ impl<T: Real> FusedMlp<T> {
         grads
     }
 
+    /// The head `(n, heads)` (raw) at flat points `(n·3)`, forward only: blocks of
+    /// points run in parallel, each encoded and passed through every layer on one thread with
+    /// its buffers reused, so the activations stay in cache and no step waits for the others.
+    pub fn infer(&self, proj: &[Vec<T>], points: &[T]) -> Vec<T> {
+        let n = points.len() / 3;
+        let width = self.heads.len();
+        let last = self.layers.len() - 1;
+        let mut head = vec![T::zero(); n * width];
+        head.par_chunks_mut(BLOCK * width)
+            .zip(points.par_chunks(BLOCK * 3))
+            .for_each_init(
+                || (Vec::new(), Vec::new()),
+                |(h, next), (out, pts)| {
+                    let m = pts.len() / 3;
+                    h.clear();
+                    h.resize(m * POSENC_DIM, T::zero());
+                    posenc_into(pts, h);
+                    for (k, l) in self.layers.iter().enumerate() {
+                        let inp = self.input_width(k, proj);
+                        let w: &[T] = match &l.weight {
+                            Some(w) => w,
+                            None => &proj[k],
+                        };
+                        let dst: &mut [T] = if k == last {
+                            &mut *out
+                        } else {
+                            next.clear();
+                            next.resize(m * l.out, T::zero());
+                            next
+                        };
+                        kernels::matmul_serial(
+                            dst,
+                            m,
+                            l.out,
+                            inp,
+                            Mat::rows(h, inp),
+                            Mat::transposed(w, inp),
+                        );
+                        if k == last {
+                            for row in dst.chunks_exact_mut(l.out) {
+                                for (v, &b) in row.iter_mut().zip(&l.bias) {
+                                    *v += b;
+                                }
+                            }
+                        } else {
+                            kernels::bias_silu_inplace_rows(dst, &l.bias);
+                            std::mem::swap(h, next);
+                        }
+                    }
+                },
+            );
+        head
+    }
+
     /// The mesh field at flat points `(n·3)`: signed distance `tanh(raw₀)` `(n)` and STF colour
     /// `sigmoid(raw₃..₆)` `(n, 3)` (as [`super::nerstf::sdf`] and [`super::nerstf::stf_rgb`]
     /// compute them), forward only. Needs an MLP built with [`FIELD_HEADS`].
-    pub fn field(
-        &self,
-        proj: &[Vec<T>],
-        points: &Vec<T>,
-        device: &Device,
-    ) -> Result<(Vec<T>, Vec<T>)> {
+    pub fn field(&self, proj: &[Vec<T>], points: &[T]) -> Result<(Vec<T>, Vec<T>)> {
         if self.heads != FIELD_HEADS {
             candle_core::bail!(
                 "the field query needs heads {FIELD_HEADS:?}, this MLP reads {:?} (bug)",
                 self.heads
             );
         }
-        let n = points.len() / 3;
-        let h0 = encode(points, device)?;
-        let (head, _) = self.forward(proj, &h0, n, false);
+        let head = self.infer(proj, points);
         let half = T::from_f64(0.5);
         let sigmoid = |x: T| ((x * half).tanh() + T::one()) * half;
-        let mut sdf = Vec::with_capacity(n);
-        let mut rgb = Vec::with_capacity(3 * n);
-        for row in head.chunks_exact(4) {
-            sdf.push(row[0].tanh());
-            rgb.extend(row[1..].iter().map(|&x| sigmoid(x)));
-        }
+        let n = points.len() / 3;
+        let mut sdf = vec![T::zero(); n];
+        let mut rgb = vec![T::zero(); 3 * n];
+        sdf.par_chunks_mut(BLOCK)
+            .zip(rgb.par_chunks_mut(3 * BLOCK))
+            .zip(head.par_chunks(4 * BLOCK))
+            .for_each(|((sdf, rgb), head)| {
+                for ((s, c), row) in sdf
+                    .iter_mut()
+                    .zip(rgb.chunks_exact_mut(3))
+                    .zip(head.chunks_exact(4))
+                {
+                    *s = row[0].tanh();
+                    for (c, &x) in c.iter_mut().zip(&row[1..]) {
+                        *c = sigmoid(x);
+                    }
+                }
+            });
         Ok((sdf, rgb))
     }
 }

@@ -13,7 +13,7 @@ use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 use super::config::{RendererConfig, DIRENC_DIM, POSENC_DIM};
-use crate::autodiff::fastmath;
+use crate::autodiff::kernels::Real;
 use crate::autodiff::ops;
 
 /// Octaves of the position encoding.
@@ -46,35 +46,40 @@ pub fn posenc(x: &Tensor) -> Result<Tensor> {
 const POSENC_CHUNK: usize = 1024;
 const _: () = assert!(POSENC_DIM == 3 + 2 * 3 * POS_OCTAVES);
 
-/// [`posenc`] of flat `(n·3)` f32 points → flat `(n·93)`, with the f32 arguments of
-/// [`posenc_ops`]: `xb = x_j·2^k` (exact) and, for the cosine channel, the f32 sum
-/// `xb + (π/2 as f32)` (candle's scalar add is `affine(1, π/2)`, which converts the f64 scalar
-/// with `as f32` and computes `v·1 + add`, `·1` being exact). The sines are
-/// [`fastmath::sin_in_place`] (vectorised, within one ulp of libm's `sinf`, which candle uses).
+/// [`posenc`] of flat `(n·3)` f32 points → flat `(n·93)`, in parallel over blocks of points
+/// (see [`posenc_into`]).
 pub fn posenc_f32(xs: &[f32]) -> Vec<f32> {
     use rayon::prelude::*;
-    const HALF: usize = 3 * POS_OCTAVES;
-    let half_pi = std::f64::consts::FRAC_PI_2 as f32;
     let mut out = vec![0f32; xs.len() / 3 * POSENC_DIM];
     out.par_chunks_mut(POSENC_CHUNK * POSENC_DIM)
         .zip(xs.par_chunks(POSENC_CHUNK * 3))
-        .for_each(|(out, xs)| {
-            for (o, p) in out.chunks_exact_mut(POSENC_DIM).zip(xs.chunks_exact(3)) {
-                let (head, emb) = o.split_at_mut(3);
-                head.copy_from_slice(p);
-                let (sin, cos) = emb.split_at_mut(HALF);
-                for k in 0..POS_OCTAVES {
-                    let scale = (1u32 << k) as f32;
-                    for j in 0..3 {
-                        let xb = p[j] * scale;
-                        sin[k * 3 + j] = xb;
-                        cos[k * 3 + j] = xb + half_pi;
-                    }
-                }
-                fastmath::sin_in_place(emb);
-            }
-        });
+        .for_each(|(out, xs)| posenc_into(xs, out));
     out
+}
+
+/// [`posenc`] of flat `(n·3)` points into `out (n·93)` on the calling thread, with the
+/// arguments of [`posenc_ops`] in `T`: `xb = x_j·2^k` (exact) and, for the cosine channel, the
+/// sum `xb + (π/2 rounded to T)` (candle's scalar add is `affine(1, π/2)`, which converts the f64
+/// scalar with `as` and computes `v·1 + add`, `·1` being exact). The sines are
+/// [`Real::sin_in_place`] (in f32 vectorised, within one ulp of libm's `sinf`, which candle
+/// uses; in f64 libm's `sin`, as candle).
+pub fn posenc_into<T: Real>(xs: &[T], out: &mut [T]) {
+    const HALF: usize = 3 * POS_OCTAVES;
+    let half_pi = T::from_f64(std::f64::consts::FRAC_PI_2);
+    for (o, p) in out.chunks_exact_mut(POSENC_DIM).zip(xs.chunks_exact(3)) {
+        let (head, emb) = o.split_at_mut(3);
+        head.copy_from_slice(p);
+        let (sin, cos) = emb.split_at_mut(HALF);
+        for k in 0..POS_OCTAVES {
+            let scale = T::from_f64((1u32 << k) as f64);
+            for j in 0..3 {
+                let xb = p[j] * scale;
+                sin[k * 3 + j] = xb;
+                cos[k * 3 + j] = xb + half_pi;
+            }
+        }
+        T::sin_in_place(emb);
+    }
 }
 
 /// [`posenc`] with candle tensor ops (any dtype/device, differentiable).
