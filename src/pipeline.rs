@@ -248,7 +248,7 @@ impl Field for LatentField<'_> {
     }
 
     fn eval_scalar(&self, points: &Tensor) -> candle_core::Result<Tensor> {
-        Ok(self.query.query(points)?.0)
+        self.query.query_sdf(points)
     }
 }
 

@@ -263,6 +263,8 @@ fn fused_field_query_matches_the_composed_ops() {
         assert_eq!(sdf.dims(), &[5000]);
         assert_eq!(rgb.dims(), &[5000, 3]);
         assert_eq!(sdf.dtype(), sdf_ref.dtype());
+        // The grid's SDF-only query gives the same values.
+        assert_eq!(max_abs(&field.query_sdf(&points).unwrap(), &sdf), 0.0);
         let (e_sdf, e_rgb) = (max_abs(&sdf, &sdf_ref), max_abs(&rgb, &rgb_ref));
         eprintln!("{name}: sdf {e_sdf:e}, rgb {e_rgb:e}");
         assert!(

@@ -29,14 +29,17 @@ use crate::autodiff::vjp::attach;
 use crate::shap_e::fused_mlp::{encode, plain};
 pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 
-/// The geometry of a chunk: sample points, bin widths, hit mask, background.
+/// The geometry of a chunk: sample points and bin widths of the rays that meet the volume, and
+/// which rays do. A ray that misses takes no samples: its output is the background with opacity
+/// 0 whatever the field (the composed path multiplies its compositing by a zero hit mask), and
+/// its gradient is zero.
 pub struct Samples<T> {
-    /// Sample points `(r·s, 3)`, ray-major.
+    /// Sample points `(h·s, 3)` of the `h` rays that meet the volume, ray-major.
     pub points: Vec<T>,
-    /// Bin widths `(r, s)`.
+    /// Their bin widths `(h, s)`.
     pub delta: Vec<T>,
-    /// 1 for rays that meet the volume, 0 for misses `(r)`.
-    pub hit: Vec<T>,
+    /// Per ray `(r)`: whether it meets the volume.
+    pub hit: Vec<bool>,
     /// Samples per ray.
     pub per_ray: usize,
 }
@@ -46,34 +49,68 @@ impl<T: Real> Samples<T> {
         self.hit.len()
     }
 
-    /// The position encoding `(r·s, 93)`.
+    /// Per ray, its index among the rays that meet the volume.
+    fn slots(&self) -> Vec<Option<usize>> {
+        let mut next = 0;
+        self.hit
+            .iter()
+            .map(|&h| {
+                h.then(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect()
+    }
+
+    /// The samples of the ray in `slot`: head rows `(s, 4)` and widths `(s)`.
+    fn ray<'a>(&'a self, head: &'a [T], slot: usize) -> (&'a [T], &'a [T]) {
+        let s = self.per_ray;
+        (
+            &head[slot * 4 * s..(slot + 1) * 4 * s],
+            &self.delta[slot * s..(slot + 1) * s],
+        )
+    }
+
+    /// The position encoding `(h·s, 93)`.
     fn encode(&self) -> Vec<T> {
         encode(&self.points)
     }
 }
 
+/// `1 / (1 + e^{−x})` with the vectorisable `exp` ([`Real::fast_exp`]; libm's in f64). The
+/// composed path's `½(1 + tanh(x/2))` agrees within a few ulps.
+#[inline(always)]
 fn sigmoid<T: Real>(x: T) -> T {
-    let half = T::from_f64(0.5);
-    half * (T::one() + (half * x).tanh())
+    T::one() / (T::one() + (-x).fast_exp())
 }
 
-/// Per-ray compositing of head rows `(s, 4)` over widths `delta (s)`: `(colour, T)`, and the
-/// weights into `w` when given.
-fn composite_ray<T: Real>(head: &[T], delta: &[T], mut w: Option<&mut [T]>) -> ([T; 3], T) {
+/// Per-ray compositing of head rows `(s, 4)` over widths `delta (s)`: `(colour, T)`.
+/// `T_k = e^{−M_k}` and `w_k = (1 − e^{−τ_k})·T_{k−1}` as [`super::composite`] computes them,
+/// with the vectorisable `exp`.
+fn composite_ray<T: Real>(head: &[T], delta: &[T]) -> ([T; 3], T) {
     let (mut mass, mut colour) = (T::zero(), [T::zero(); 3]);
-    for (k, (raw, &dt)) in head.chunks_exact(4).zip(delta).enumerate() {
+    for (raw, &dt) in head.chunks_exact(4).zip(delta) {
         let tau = raw[0].max_of(T::zero()) * dt;
         let before = mass;
         mass += tau;
-        let wk = (T::one() - (-tau).exp()) * (-before).exp();
+        let wk = (T::one() - (-tau).fast_exp()) * (-before).fast_exp();
         for j in 0..3 {
             colour[j] += wk * sigmoid(raw[1 + j]);
         }
-        if let Some(w) = w.as_deref_mut() {
-            w[k] = wk;
-        }
     }
-    (colour, (-mass).exp())
+    (colour, (-mass).fast_exp())
+}
+
+/// The compositing weights alone of head rows `(s, 4)` over widths `delta (s)`, into `w (s)`.
+fn composite_weights<T: Real>(head: &[T], delta: &[T], w: &mut [T]) {
+    let mut mass = T::zero();
+    for ((raw, &dt), w) in head.chunks_exact(4).zip(delta).zip(w) {
+        let tau = raw[0].max_of(T::zero()) * dt;
+        let before = mass;
+        mass += tau;
+        *w = (T::one() - (-tau).fast_exp()) * (-before).fast_exp();
+    }
 }
 
 /// Rays per rayon task of the compositing loops.
@@ -88,17 +125,16 @@ pub fn coarse_weights<T: Real>(
     let proj = mlp.projected(weights)?;
     let head = mlp.infer(&proj, &samples.points);
     let s = samples.per_ray;
+    let slots = samples.slots();
     let mut w = vec![T::zero(); samples.rays() * s];
     w.par_chunks_mut(RAYS_PER_TASK * s)
-        .zip(head.par_chunks(RAYS_PER_TASK * 4 * s))
-        .zip(samples.delta.par_chunks(RAYS_PER_TASK * s))
-        .for_each(|((w, head), delta)| {
-            for ((w, head), delta) in w
-                .chunks_exact_mut(s)
-                .zip(head.chunks_exact(4 * s))
-                .zip(delta.chunks_exact(s))
-            {
-                composite_ray(head, delta, Some(w));
+        .zip(slots.par_chunks(RAYS_PER_TASK))
+        .for_each(|(w, slots)| {
+            for (w, slot) in w.chunks_exact_mut(s).zip(slots) {
+                if let Some(j) = *slot {
+                    let (head, delta) = samples.ray(&head, j);
+                    composite_weights(head, delta, w);
+                }
             }
         });
     Ok(w)
@@ -122,36 +158,39 @@ pub fn render<T: Real>(
     device: &Device,
 ) -> Result<Tensor> {
     let proj = mlp.projected(weights)?;
-    let (s, r) = (samples.per_ray, samples.rays());
+    let r = samples.rays();
+    let n = samples.points.len() / 3;
     let keep = weights.iter().any(|w| w.track_op());
     // Without a gradient to keep, the blocked forward (no saved activations); else the layer-wise
     // one, which keeps the encoding and the pre-activations for backward.
     let (h0, head, pre) = if keep {
         let h0 = samples.encode();
-        let (head, pre) = mlp.forward(&proj, &h0, r * s, true);
+        let (head, pre) = mlp.forward(&proj, &h0, n, true);
         (h0, head, pre)
     } else {
         (Vec::new(), mlp.infer(&proj, &samples.points), Vec::new())
     };
     let bg = background.map(|c| T::from_f64(c as f64));
+    let slots = samples.slots();
     let mut out = vec![T::zero(); r * 4];
     out.par_chunks_mut(RAYS_PER_TASK * 4)
-        .zip(head.par_chunks(RAYS_PER_TASK * 4 * s))
-        .zip(samples.delta.par_chunks(RAYS_PER_TASK * s))
-        .zip(samples.hit.par_chunks(RAYS_PER_TASK))
-        .for_each(|(((out, head), delta), hit)| {
-            for (((o, head), delta), &hit) in out
-                .chunks_exact_mut(4)
-                .zip(head.chunks_exact(4 * s))
-                .zip(delta.chunks_exact(s))
-                .zip(hit)
-            {
-                let (c, tr) = composite_ray(head, delta, None);
-                let t = tr * hit + (T::one() - hit);
-                for j in 0..3 {
-                    o[j] = c[j] * hit + t * bg[j];
+        .zip(slots.par_chunks(RAYS_PER_TASK))
+        .for_each(|(out, slots)| {
+            for (o, slot) in out.chunks_exact_mut(4).zip(slots) {
+                match *slot {
+                    Some(j) => {
+                        let (head, delta) = samples.ray(&head, j);
+                        let (c, t) = composite_ray(head, delta);
+                        for k in 0..3 {
+                            o[k] = c[k] + t * bg[k];
+                        }
+                        o[3] = T::one() - t;
+                    }
+                    None => {
+                        o[..3].copy_from_slice(&bg);
+                        o[3] = T::zero();
+                    }
                 }
-                o[3] = T::one() - t;
             }
         });
     let out = Tensor::from_vec(out, (r, 4), device)?;
@@ -175,14 +214,14 @@ pub fn render<T: Real>(
                 None => {
                     // A second backward through the same node: recompute.
                     let h0 = samples.encode();
-                    let (head, pre) = mlp.forward(&proj, &h0, r * s, true);
+                    let (head, pre) = mlp.forward(&proj, &h0, n, true);
                     Saved { h0, pre, head }
                 }
             };
             let g = plain::<T>(&v.grad.to_dtype(T::DTYPE)?)?;
             let dhead = composite_backward(&saved.head, &samples, &g, bg);
             let needs: Vec<bool> = (0..proj.len()).map(|i| v.needs(i)).collect();
-            let grads = mlp.backward(&proj, &saved.h0, &saved.pre, dhead, r * s, &needs);
+            let grads = mlp.backward(&proj, &saved.h0, &saved.pre, dhead, n, &needs);
             grads
                 .into_iter()
                 .zip(v.inputs)
@@ -195,30 +234,30 @@ pub fn render<T: Real>(
     )
 }
 
-/// The head gradient `(r·s, 4)` from the output gradient `g (r, 4)`.
+/// The head gradient `(h·s, 4)` (rays that meet the volume) from the output gradient `g (r, 4)`.
 fn composite_backward<T: Real>(head: &[T], samples: &Samples<T>, g: &[T], bg: [T; 3]) -> Vec<T> {
     let s = samples.per_ray;
     let mut dhead = vec![T::zero(); head.len()];
     let mut w = vec![T::zero(); s];
     let mut trans = vec![T::zero(); s];
     let mut dot = vec![T::zero(); s];
-    for ((((dh, head), delta), &hit), g) in dhead
+    let hit_rows = g.chunks_exact(4).zip(&samples.hit).filter(|(_, &h)| h);
+    for (((dh, head), delta), (g, _)) in dhead
         .chunks_exact_mut(4 * s)
         .zip(head.chunks_exact(4 * s))
         .zip(samples.delta.chunks_exact(s))
-        .zip(&samples.hit)
-        .zip(g.chunks_exact(4))
+        .zip(hit_rows)
     {
-        // out_rgb = hit·C + t·bg, opacity = 1 − t, t = hit·T + 1 − hit.
-        let gc = [g[0] * hit, g[1] * hit, g[2] * hit];
-        let gt = hit * (g[0] * bg[0] + g[1] * bg[1] + g[2] * bg[2] - g[3]);
+        // out_rgb = C + T·bg, opacity = 1 − T.
+        let gc = [g[0], g[1], g[2]];
+        let gt = g[0] * bg[0] + g[1] * bg[1] + g[2] * bg[2] - g[3];
         let mut mass = T::zero();
         for (k, (raw, &dt)) in head.chunks_exact(4).zip(delta).enumerate() {
             let tau = raw[0].max_of(T::zero()) * dt;
             let before = mass;
             mass += tau;
-            w[k] = (T::one() - (-tau).exp()) * (-before).exp();
-            trans[k] = (-mass).exp();
+            w[k] = (T::one() - (-tau).fast_exp()) * (-before).fast_exp();
+            trans[k] = (-mass).fast_exp();
             let c = [sigmoid(raw[1]), sigmoid(raw[2]), sigmoid(raw[3])];
             dot[k] = c[0] * gc[0] + c[1] * gc[1] + c[2] * gc[2];
             for j in 0..3 {

@@ -121,7 +121,7 @@ struct FusedPasses {
 }
 
 /// A chunk's sample geometry for the fused pass: points `o + t·d` (computed in f32, as
-/// [`points`]), bin widths and the hit mask, converted to `T`.
+/// [`points`]) and bin widths of the rays that meet the volume, converted to `T`.
 fn fused_samples<T: Real>(
     o: &[Vec<f32>],
     d: &[Vec<f32>],
@@ -130,17 +130,26 @@ fn fused_samples<T: Real>(
     hit: &[f32],
 ) -> Samples<T> {
     let s = ts.first().map_or(0, |t| t.len());
+    let hit: Vec<bool> = hit.iter().map(|&h| h != 0.0).collect();
     let mut points = Vec::with_capacity(o.len() * s * 3);
-    for ((o, d), ts) in o.iter().zip(d).zip(ts) {
+    let mut widths = Vec::with_capacity(o.len() * s);
+    for ((((o, d), ts), delta), _) in o
+        .iter()
+        .zip(d)
+        .zip(ts)
+        .zip(delta.chunks_exact(s.max(1)))
+        .zip(&hit)
+        .filter(|(_, &h)| h)
+    {
         for &t in ts {
             points.extend((0..3).map(|i| T::from_f64((o[i] + t * d[i]) as f64)));
         }
+        widths.extend(delta.iter().map(|&x| T::from_f64(x as f64)));
     }
-    let conv = |v: &[f32]| v.iter().map(|&x| T::from_f64(x as f64)).collect();
     Samples {
         points,
-        delta: conv(delta),
-        hit: conv(hit),
+        delta: widths,
+        hit,
         per_ray: s,
     }
 }

@@ -145,6 +145,15 @@ enum FusedField {
     F64(Arc<FusedMlp<f64>>, Vec<Vec<f64>>),
 }
 
+/// Rows of the colour output: `n`, or none when colours were not asked for.
+fn rgb_rows(colours: bool, n: usize) -> usize {
+    if colours {
+        n
+    } else {
+        0
+    }
+}
+
 /// One latent's field, prepared for graph-free queries ([`Decoder::field`]).
 pub struct FieldQuery<'a> {
     decoder: &'a Decoder,
@@ -160,37 +169,51 @@ impl FieldQuery<'_> {
 
     /// `points (n, 3)` → `sdf (n)` and sRGB `rgb (n, 3)`, as [`Decoder::query_field`].
     pub fn query(&self, points: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (sdf, rgb) = self.run(points, true)?;
+        match rgb {
+            Some(rgb) => Ok((sdf, rgb)),
+            None => candle_core::bail!("field query returned no colours (bug)"),
+        }
+    }
+
+    /// The signed distance alone, `points (n, 3)` → `sdf (n)` (what grid sampling needs).
+    pub fn query_sdf(&self, points: &Tensor) -> Result<Tensor> {
+        Ok(self.run(points, false)?.0)
+    }
+
+    fn run(&self, points: &Tensor, colours: bool) -> Result<(Tensor, Option<Tensor>)> {
         let points = points.detach();
         let (n, c) = points.dims2()?;
         if c != 3 {
             candle_core::bail!("query_field takes points (n, 3), got {:?}", points.shape());
         }
         let dev = points.device();
-        match &self.fused {
+        let (sdf, rgb) = match &self.fused {
             Some(FusedField::F32(m, proj)) => {
                 let p = points
                     .to_dtype(DType::F32)?
                     .flatten_all()?
                     .to_vec1::<f32>()?;
-                let (sdf, rgb) = m.field(proj, &p)?;
-                Ok((
+                let (sdf, rgb) = m.field(proj, &p, colours)?;
+                (
                     Tensor::from_vec(sdf, n, dev)?,
-                    Tensor::from_vec(rgb, (n, 3), dev)?,
-                ))
+                    Tensor::from_vec(rgb, (rgb_rows(colours, n), 3), dev)?,
+                )
             }
             Some(FusedField::F64(m, proj)) => {
                 let p = points
                     .to_dtype(DType::F64)?
                     .flatten_all()?
                     .to_vec1::<f64>()?;
-                let (sdf, rgb) = m.field(proj, &p)?;
-                Ok((
+                let (sdf, rgb) = m.field(proj, &p, colours)?;
+                (
                     Tensor::from_vec(sdf, n, dev)?,
-                    Tensor::from_vec(rgb, (n, 3), dev)?,
-                ))
+                    Tensor::from_vec(rgb, (rgb_rows(colours, n), 3), dev)?,
+                )
             }
-            None => self.query_composed(&points),
-        }
+            None => self.query_composed(&points)?,
+        };
+        Ok((sdf, colours.then_some(rgb)))
     }
 
     /// [`FieldQuery::query`] composed from candle ops, in chunks of 4096 points: the path for

@@ -343,10 +343,11 @@ impl<T: Real> FusedMlp<T> {
         head
     }
 
-    /// The mesh field at flat points `(n·3)`: signed distance `tanh(raw₀)` `(n)` and STF colour
-    /// `sigmoid(raw₃..₆)` `(n, 3)` (as [`super::nerstf::sdf`] and [`super::nerstf::stf_rgb`]
-    /// compute them), forward only. Needs an MLP built with [`FIELD_HEADS`].
-    pub fn field(&self, proj: &[Vec<T>], points: &[T]) -> Result<(Vec<T>, Vec<T>)> {
+    /// The mesh field at flat points `(n·3)`: signed distance `tanh(raw₀)` `(n)` and, when
+    /// `colours`, STF colour `sigmoid(raw₃..₆)` `(n, 3)` (else empty), as
+    /// [`super::nerstf::sdf`] and [`super::nerstf::stf_rgb`] compute them; forward only. Needs
+    /// an MLP built with [`FIELD_HEADS`].
+    pub fn field(&self, proj: &[Vec<T>], points: &[T], colours: bool) -> Result<(Vec<T>, Vec<T>)> {
         if self.heads != FIELD_HEADS {
             candle_core::bail!(
                 "the field query needs heads {FIELD_HEADS:?}, this MLP reads {:?} (bug)",
@@ -358,17 +359,18 @@ impl<T: Real> FusedMlp<T> {
         let sigmoid = |x: T| ((x * half).tanh() + T::one()) * half;
         let n = points.len() / 3;
         let mut sdf = vec![T::zero(); n];
-        let mut rgb = vec![T::zero(); 3 * n];
+        let mut rgb = vec![T::zero(); if colours { 3 * n } else { 0 }];
         sdf.par_chunks_mut(BLOCK)
-            .zip(rgb.par_chunks_mut(3 * BLOCK))
             .zip(head.par_chunks(4 * BLOCK))
-            .for_each(|((sdf, rgb), head)| {
-                for ((s, c), row) in sdf
-                    .iter_mut()
-                    .zip(rgb.chunks_exact_mut(3))
-                    .zip(head.chunks_exact(4))
-                {
+            .for_each(|(sdf, head)| {
+                for (s, row) in sdf.iter_mut().zip(head.chunks_exact(4)) {
                     *s = row[0].tanh();
+                }
+            });
+        rgb.par_chunks_mut(3 * BLOCK)
+            .zip(head.par_chunks(4 * BLOCK))
+            .for_each(|(rgb, head)| {
+                for (c, row) in rgb.chunks_exact_mut(3).zip(head.chunks_exact(4)) {
                     for (c, &x) in c.iter_mut().zip(&row[1..]) {
                         *c = sigmoid(x);
                     }
