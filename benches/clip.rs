@@ -58,6 +58,8 @@ fn run(
 }
 
 fn main() -> Result<()> {
+    // As the CLI does (see its doc: large temporaries reuse the heap).
+    clipsculpt::autodiff::memory::keep_freed_pages();
     let dev = Device::Cpu;
     let repeats: usize = std::env::var("CLIP_BENCH_REPEATS")
         .ok()

@@ -29,6 +29,8 @@ use clipsculpt::toy::random::random_frozen;
 static A: CountingAlloc = CountingAlloc;
 
 fn main() -> Result<()> {
+    // As the CLI does (see its doc: large temporaries reuse the heap).
+    clipsculpt::autodiff::memory::keep_freed_pages();
     let dev = Device::Cpu;
     let cfg: RendererConfig =
         serde_json::from_str("{}").map_err(|e| candle_core::Error::Msg(e.to_string()))?;

@@ -10,6 +10,7 @@ static ALLOC: clipsculpt::autodiff::memory::CountingAlloc =
     clipsculpt::autodiff::memory::CountingAlloc;
 
 fn main() -> ExitCode {
+    clipsculpt::autodiff::memory::keep_freed_pages();
     let args = clipsculpt::cli::Args::parse();
     clipsculpt::cli::init_tracing(&args);
     match clipsculpt::cli::run(args) {

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Device, Result, Tensor};
 use rayon::prelude::*;
 
+use crate::autodiff::fastmath::simd_dispatch;
 use crate::autodiff::kernels::Real;
 use crate::autodiff::vjp::attach;
 use crate::shap_e::fused_mlp::{encode, plain};
@@ -85,7 +86,27 @@ fn sigmoid<T: Real>(x: T) -> T {
     T::one() / (T::one() + (-x).fast_exp())
 }
 
-/// Per-ray compositing of head rows `(s, 4)` over widths `delta (s)`: `(colour, T)`.
+simd_dispatch!(
+    /// Head rows `(n, 4)` → density kept raw, colour channels through [`sigmoid`], in one
+    /// vectorised pass (every value's sigmoid is computed; the density column keeps its input).
+    colours_rows<T: Real>(head: &mut [T]) {
+        for (i, v) in head.iter_mut().enumerate() {
+            let s = sigmoid(*v);
+            if i % 4 != 0 {
+                *v = s;
+            }
+        }
+    }
+);
+
+/// [`colours_rows`] in parallel.
+fn colours<T: Real>(head: &mut [T]) {
+    head.par_chunks_mut(RAYS_PER_TASK * 64 * 4)
+        .for_each(|h| colours_rows(h));
+}
+
+/// Per-ray compositing of rows `(s, 4)` = raw density and colour (after [`colours`]) over widths
+/// `delta (s)`: `(colour, T)`.
 /// `T_k = e^{−M_k}` and `w_k = (1 − e^{−τ_k})·T_{k−1}` as [`super::composite`] computes them,
 /// with the vectorisable `exp`.
 fn composite_ray<T: Real>(head: &[T], delta: &[T]) -> ([T; 3], T) {
@@ -96,7 +117,7 @@ fn composite_ray<T: Real>(head: &[T], delta: &[T]) -> ([T; 3], T) {
         mass += tau;
         let wk = (T::one() - (-tau).fast_exp()) * (-before).fast_exp();
         for j in 0..3 {
-            colour[j] += wk * sigmoid(raw[1 + j]);
+            colour[j] += wk * raw[1 + j];
         }
     }
     (colour, (-mass).fast_exp())
@@ -163,7 +184,7 @@ pub fn render<T: Real>(
     let keep = weights.iter().any(|w| w.track_op());
     // Without a gradient to keep, the blocked forward (no saved activations); else the layer-wise
     // one, which keeps the encoding and the pre-activations for backward.
-    let (h0, head, pre) = if keep {
+    let (h0, mut head, pre) = if keep {
         let h0 = samples.encode();
         let (head, pre) = mlp.forward(&proj, &h0, n, true);
         (h0, head, pre)
@@ -172,6 +193,16 @@ pub fn render<T: Real>(
     };
     let bg = background.map(|c| T::from_f64(c as f64));
     let slots = samples.slots();
+    // Colours through the sigmoid in one vectorised pass (a copy when backward needs the raw
+    // head).
+    let mut rows = if keep { head.clone() } else { Vec::new() };
+    let rows: &[T] = if keep {
+        colours(&mut rows);
+        &rows
+    } else {
+        colours(&mut head);
+        &head
+    };
     let mut out = vec![T::zero(); r * 4];
     out.par_chunks_mut(RAYS_PER_TASK * 4)
         .zip(slots.par_chunks(RAYS_PER_TASK))
@@ -179,8 +210,8 @@ pub fn render<T: Real>(
             for (o, slot) in out.chunks_exact_mut(4).zip(slots) {
                 match *slot {
                     Some(j) => {
-                        let (head, delta) = samples.ray(&head, j);
-                        let (c, t) = composite_ray(head, delta);
+                        let (rows, delta) = samples.ray(rows, j);
+                        let (c, t) = composite_ray(rows, delta);
                         for k in 0..3 {
                             o[k] = c[k] + t * bg[k];
                         }

@@ -66,9 +66,10 @@ pub fn posenc_f32(xs: &[f32]) -> Vec<f32> {
 pub fn posenc_into<T: Real>(xs: &[T], out: &mut [T]) {
     const HALF: usize = 3 * POS_OCTAVES;
     let half_pi = T::from_f64(std::f64::consts::FRAC_PI_2);
+    let n = xs.len() / 3;
+    let out = &mut out[..n * POSENC_DIM];
     for (o, p) in out.chunks_exact_mut(POSENC_DIM).zip(xs.chunks_exact(3)) {
-        let (head, emb) = o.split_at_mut(3);
-        head.copy_from_slice(p);
+        let (_, emb) = o.split_at_mut(3);
         let (sin, cos) = emb.split_at_mut(HALF);
         for k in 0..POS_OCTAVES {
             let scale = T::from_f64((1u32 << k) as f64);
@@ -78,7 +79,12 @@ pub fn posenc_into<T: Real>(xs: &[T], out: &mut [T]) {
                 cos[k * 3 + j] = xb + half_pi;
             }
         }
-        T::sin_in_place(emb);
+    }
+    // One vectorised pass over the whole block (per point, 90 values would leave a scalar
+    // remainder); the 3 coordinate slots are written afterwards.
+    T::sin_in_place(out);
+    for (o, p) in out.chunks_exact_mut(POSENC_DIM).zip(xs.chunks_exact(3)) {
+        o[..3].copy_from_slice(p);
     }
 }
 
