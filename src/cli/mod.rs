@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
 
-use crate::device::DeviceSpec;
+use crate::device::{DeviceSpec, Precision};
 use context::Context;
 
 /// Exit code: everything succeeded.
@@ -47,6 +47,10 @@ pub struct Args {
     /// Compute device: cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
     #[arg(long, global = true, default_value = "cpu")]
     device: DeviceSpec,
+    /// Dtype of the frozen networks' matrix weights: f32, bf16 or f16 [default: bf16 on CUDA,
+    /// f32 on the CPU]; norms, softmax, loss, compositing, the latent and Adam stay f32.
+    #[arg(long, global = true)]
+    dtype: Option<Precision>,
     #[command(subcommand)]
     command: Command,
 }
@@ -104,7 +108,7 @@ pub fn init_tracing(args: &Args) {
 
 /// Runs the parsed command and returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cx = Context::new(args.device, args.log.quiet);
+    let cx = Context::new(args.device, args.dtype, args.log.quiet);
     match args.command {
         Command::Generate(c) => c.run(&cx),
         Command::Batch(c) => c.run(&cx),

@@ -58,7 +58,7 @@ impl<T: Real> FusedMlp<T> {
     /// static tensor tracks a gradient, the dtype is not `T`, the device is not the CPU, or the
     /// direction features enter a projected layer).
     pub fn of(mlp: &NerstfMlp, level: Level, device: &Device) -> Result<Option<Self>> {
-        if !device.is_cpu() || mlp.dtype() != T::DTYPE {
+        if !device.is_cpu() || mlp.dtype() != T::DTYPE || mlp.weight_dtype() != T::DTYPE {
             return Ok(None);
         }
         let n_projected = mlp.n_projected();

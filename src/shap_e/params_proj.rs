@@ -10,7 +10,7 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::config::RendererConfig;
-use crate::autodiff::nn::{layer_norm, LayerNorm};
+use crate::autodiff::nn::{layer_norm, matrix, param, LayerNorm};
 use crate::autodiff::ops;
 
 /// `projections.nerstf__mlp__{j}__weight`: one latent-to-weight projection.
@@ -29,12 +29,9 @@ impl ChannelsProj {
     fn new(vb: VarBuilder, vectors: usize, channels: usize, d_latent: usize) -> Result<Self> {
         let p = vb.pp("proj");
         Ok(Self {
-            proj_weight: p
-                .get((vectors * channels, d_latent), "weight")?
+            proj_weight: matrix(&p, (vectors * channels, d_latent), "weight")?
                 .reshape((vectors, channels, d_latent))?,
-            proj_bias: p
-                .get(vectors * channels, "bias")?
-                .reshape((vectors, channels))?,
+            proj_bias: param(&p, vectors * channels, "bias")?.reshape((vectors, channels))?,
             norm: layer_norm(channels, 1e-5, vb.pp("norm"))?,
             vectors,
             channels,
