@@ -55,8 +55,7 @@ impl Context {
 
     /// The frozen networks' weight dtype on `device`: `--dtype`, else the device's default.
     pub fn precision(&self, device: &Device) -> Precision {
-        self.dtype
-            .unwrap_or_else(|| Precision::default_for(device))
+        self.dtype.unwrap_or_else(|| Precision::default_for(device))
     }
 
     /// A local folder holding the files of `spec` (downloaded unless offline).

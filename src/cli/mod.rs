@@ -15,6 +15,7 @@ mod generate;
 mod info;
 mod preview;
 mod progress;
+mod random_models;
 mod sample;
 mod train_toy;
 
@@ -87,6 +88,8 @@ enum Command {
     Download(download::Download),
     /// Render a run (or a mesh file) in Blender: vertex-colour material, camera, soft light, still or turntable.
     Preview(preview::Preview),
+    /// Write random-weight Shap-E and CLIP folders at published sizes (GPU timing and memory checks).
+    RandomModels(random_models::RandomModels),
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
@@ -119,5 +122,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Info(c) => c.run(&cx),
         Command::Download(c) => c.run(&cx),
         Command::Preview(c) => c.run(&cx),
+        Command::RandomModels(c) => c.run(&cx),
     }
 }

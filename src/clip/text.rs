@@ -26,11 +26,7 @@ impl TextEmbeddings {
     pub fn new(vb: VarBuilder, cfg: &ClipTextConfig) -> Result<Self> {
         let d = cfg.hidden_size;
         Ok(Self {
-            token_embedding: param(
-                &vb.pp("token_embedding"),
-                (cfg.vocab_size, d),
-                "weight",
-            )?,
+            token_embedding: param(&vb.pp("token_embedding"), (cfg.vocab_size, d), "weight")?,
             position_embedding: param(
                 &vb.pp("position_embedding"),
                 (cfg.max_position_embeddings, d),

@@ -147,7 +147,10 @@ mod tests {
         assert_eq!("FP16".parse(), Ok(Precision::F16));
         assert_eq!(" f32".parse(), Ok(Precision::F32));
         for bad in ["", "f64", "int8", "bf"] {
-            assert!(bad.parse::<Precision>().is_err(), "{bad} should be rejected");
+            assert!(
+                bad.parse::<Precision>().is_err(),
+                "{bad} should be rejected"
+            );
         }
         assert_eq!(Precision::default_for(&Device::Cpu), Precision::F32);
         assert_eq!(Precision::Bf16.to_string(), "bf16");

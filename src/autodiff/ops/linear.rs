@@ -15,6 +15,41 @@ use std::sync::Arc;
 
 use candle_core::{DType, Result, Tensor, D};
 
+/// Where f16 gradients are scaled to: their largest magnitude lands at 2⁸, leaving the
+/// products headroom below f16's 65504 and room above its smallest subnormal (6·10⁻⁸).
+const F16_GRAD_TARGET: f64 = 256.0;
+
+/// The output gradient `g` in the weight's dtype, with the factor to divide the product by.
+///
+/// f16 has 5 exponent bits, so the tiny gradients of a guidance loss (10⁻⁸ and below) would flush
+/// to zero (measured: an all-zero latent gradient on the tests' model). In f16 `g` is scaled by
+/// `2⁸ / max|g|` first (computed on the device, no synchronisation) and the product unscaled in the
+/// input's dtype: per-op dynamic loss scaling. bf16 has f32's exponent range and needs none.
+fn grad_in(g: &Tensor, dtype: DType) -> Result<(Tensor, Option<Tensor>)> {
+    if dtype != DType::F16 {
+        return Ok((cast(g, dtype)?, None));
+    }
+    let max = g
+        .abs()?
+        .max_keepdim(D::Minus1)?
+        .flatten_all()?
+        .max_keepdim(0)?;
+    let scale = (max.to_dtype(DType::F32)?.maximum(1e-30)?.recip()? * F16_GRAD_TARGET)?;
+    let scaled = g.broadcast_mul(&scale.reshape(vec![1; g.rank()])?)?;
+    Ok((scaled.to_dtype(dtype)?, Some(scale)))
+}
+
+/// The product `p` of a scaled gradient back in `dtype`, unscaled.
+fn grad_out(p: &Tensor, scale: &Option<Tensor>, dtype: DType) -> Result<Tensor> {
+    match scale {
+        Some(s) => p
+            .to_dtype(DType::F32)?
+            .broadcast_div(&s.reshape(vec![1; p.rank()])?)?
+            .to_dtype(dtype),
+        None => cast(p, dtype),
+    }
+}
+
 /// `a` in `dtype` (a no-op when it already is).
 fn cast(a: &Tensor, dtype: DType) -> Result<Tensor> {
     if a.dtype() == dtype {
@@ -54,15 +89,15 @@ fn linear_backward(v: &Vjp) -> Result<Vec<Option<Tensor>>> {
     let (x, w) = (&v.inputs[0], &v.inputs[1]);
     let (out_dim, in_dim) = w.dims2()?;
     let g = v.grad.reshape(((), out_dim))?;
-    let gw = cast(&g, w.dtype())?;
+    let (gw, scale) = grad_in(&g, w.dtype())?;
     let dx = if v.needs(0) {
-        Some(cast(&gw.matmul(w)?, x.dtype())?.reshape(x.shape())?)
+        Some(grad_out(&gw.matmul(w)?, &scale, x.dtype())?.reshape(x.shape())?)
     } else {
         None
     };
     let dw = if v.needs(1) {
         let x2 = cast(&x.reshape(((), in_dim))?, w.dtype())?;
-        Some(gw.t()?.matmul(&x2)?)
+        Some(grad_out(&gw.t()?.matmul(&x2)?, &scale, w.dtype())?)
     } else {
         None
     };
@@ -89,14 +124,15 @@ pub fn batched_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tens
         &inputs,
         Arc::new(|v: &Vjp| {
             let (x, w, g) = (&v.inputs[0], &v.inputs[1], v.grad);
-            let gw = cast(g, w.dtype())?;
+            let (gw, scale) = grad_in(g, w.dtype())?;
             let dx = if v.needs(0) {
-                Some(cast(&gw.matmul(w)?, x.dtype())?)
+                Some(grad_out(&gw.matmul(w)?, &scale, x.dtype())?)
             } else {
                 None
             };
             let dw = if v.needs(1) {
-                Some(gw.transpose(1, 2)?.matmul(&cast(x, w.dtype())?)?)
+                let p = gw.transpose(1, 2)?.matmul(&cast(x, w.dtype())?)?;
+                Some(grad_out(&p, &scale, w.dtype())?)
             } else {
                 None
             };
@@ -172,7 +208,10 @@ mod tests {
             assert_eq!(y.dtype(), DType::F32);
             let err = (&y - &exact)?.abs()?.max_all()?.to_scalar::<f32>()? / scale;
             assert!(err < tol, "{dtype:?}: relative error {err}");
-            assert!(err > 0.0, "{dtype:?}: the product was not computed in {dtype:?}");
+            assert!(
+                err > 0.0,
+                "{dtype:?}: the product was not computed in {dtype:?}"
+            );
             let grads = y.sum_all()?.backward()?;
             let g = grads.get(&xv).expect("x gets a gradient");
             assert_eq!(g.dtype(), DType::F32);

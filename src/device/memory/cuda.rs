@@ -15,7 +15,8 @@ fn err(what: &str, e: DriverError) -> candle_core::Error {
 /// The device's context, bound to this thread.
 fn context(device: &Device) -> Result<Arc<CudaContext>> {
     let ctx = device.as_cuda_device()?.cuda_stream().context().clone();
-    ctx.bind_to_thread().map_err(|e| err("binding the context", e))?;
+    ctx.bind_to_thread()
+        .map_err(|e| err("binding the context", e))?;
     Ok(ctx)
 }
 
@@ -85,7 +86,10 @@ pub(super) fn peak_bytes(device: &Device) -> Result<u64> {
     device.synchronize()?;
     let ctx = context(device)?;
     match pool(&ctx)? {
-        Some(pool) => get(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH),
+        Some(pool) => get(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+        ),
         // Without a pool there is no high-water mark: report what is in use now.
         None => {
             let (free, total) = ctx.mem_get_info().map_err(|e| err("cuMemGetInfo", e))?;
@@ -104,7 +108,10 @@ pub(super) fn snapshot(device: &Device) -> Result<Snapshot> {
                 pool,
                 sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
             )?,
-            get(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            get(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+            )?,
         ),
         None => {
             let held = total.saturating_sub(free) as u64;

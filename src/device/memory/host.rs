@@ -71,4 +71,3 @@ pub fn reset_peak() -> usize {
     PEAK.store(now, Ordering::Relaxed);
     now
 }
-
