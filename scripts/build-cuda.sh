@@ -14,8 +14,9 @@ makes link-time stubs (libcuda.so is the driver's and is not on PyPI), then buil
   COMPUTE_CAP        compute capability without the dot, 75..=121 (default 90: H100/H200/GH200);
                      the binary runs only on that family (90 becomes sm_90a)
   --dist             also build the bench binaries and write dist/clipsculpt-cuda-smCAP.tar.xz:
-                     the stripped binary, the benches, libcurand.so.10 (PyTorch cu13 installs lack
-                     it) and scripts/gpu-check.sh; unpack on the GPU machine and run gpu-check.sh
+                     the stripped binary, the benches, the toy models, libcurand.so.10 (PyTorch
+                     cu13 installs lack it) and scripts/gpu-check.sh; unpack on the GPU machine
+                     and run gpu-check.sh
   --setup-only       install the toolchain and stubs, print CUDA_ROOT, do not build
   --venv DIR         toolchain venv (default $CUDA_VENV, else ~/.cache/clipsculpt/cuda13-venv);
                      keep it outside the repository, it is about 1.2 GB
@@ -154,6 +155,9 @@ for name in sorted(want):
 PY
 rm -f "$json"
 cp "$CUDA_ROOT/lib/libcurand.so.10" "$stage/$name/lib/"
+# The embedded default is read from assets/toy beside the binary (cli::context::toy_roots).
+mkdir -p "$stage/$name/bin/assets"
+cp -r "$ROOT/assets/toy" "$stage/$name/bin/assets/"
 cp "$ROOT/scripts/gpu-check.sh" "$stage/$name/scripts/"
 git -C "$ROOT" rev-parse HEAD >"$stage/$name/COMMIT" 2>/dev/null || echo unknown >"$stage/$name/COMMIT"
 echo "sm_$CAP" >"$stage/$name/COMPUTE_CAP"
