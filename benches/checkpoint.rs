@@ -2,24 +2,35 @@
 //! time of a residual MLP chain under every policy. Prints markdown tables; asserts nothing.
 //!
 //! Run: `cargo bench --bench checkpoint`
+//!
+//! Device-generic (`benches/common`): `CLIPSCULPT_DEVICE=cuda`; `CLIPSCULPT_DTYPE` sets the
+//! frozen linear chain's weight dtype (the residual chain's own weights stay f32);
+//! `CLIPSCULPT_BENCH_SIZE=gpu` widens both (linear 4096 on 16384 rows, chain d 1024 / hidden 4096
+//! on 16384 rows), `tiny` is a smoke run. Timings synchronise the device; "device peak" is the
+//! CUDA pool's high-water mark (the host heap on the CPU). Byte-budget plans need the host
+//! meter, so they run on the CPU only.
 
-use std::time::Instant;
+#[path = "common/mod.rs"]
+mod common;
 
 use candle_core::backprop::GradStore;
-use candle_core::{Device, Module, Result, Tensor, Var};
+use candle_core::{Module, Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::{
     measure_costs, predicted_peak, run_chain, Policy, ResidualMlp,
 };
-use clipsculpt::autodiff::memory::{self, CountingAlloc, PeakMeter};
+use clipsculpt::autodiff::memory::{self, CountingAlloc};
 use clipsculpt::autodiff::nn::Linear;
 use clipsculpt::autodiff::rng::Rng;
+use common::{BenchEnv, Size};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
 fn main() -> Result<()> {
-    frozen_linear()?;
-    chain_policies()
+    let env = BenchEnv::from_env()?;
+    println!("{}\n", env.describe()?);
+    frozen_linear(&env)?;
+    chain_policies(&env)
 }
 
 fn store_bytes(g: &GradStore) -> (usize, usize) {
@@ -38,53 +49,64 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// A chain of 8 frozen 1024×1024 linears (+tanh) on 2048 rows: ours vs candle-nn's.
-fn frozen_linear() -> Result<()> {
-    let dev = Device::Cpu;
-    let (layers, d, rows) = (8, 1024, 2048);
+fn frozen_linear(env: &BenchEnv) -> Result<()> {
+    let dev = env.device.clone();
+    let (layers, d, rows) = match env.size {
+        Size::Cpu => (8, 1024, 2048),
+        Size::Gpu => (8, 4096, 16384),
+        Size::Tiny => (2, 64, 32),
+    };
     let mut rng = Rng::new(1);
     let weights: Vec<(Tensor, Tensor)> = (0..layers)
         .map(|_| {
             Ok((
-                (rng.normal_tensor(&[d, d], &dev)? / 32.0)?,
+                (rng.normal_tensor(&[d, d], &dev)? / (d as f64).sqrt())?.to_dtype(env.dtype())?,
                 rng.normal_tensor(&[d], &dev)?,
             ))
         })
         .collect::<Result<_>>()?;
     let x0 = rng.normal_tensor(&[rows, d], &dev)?;
     println!("## Frozen-weight linear chain ({layers} × Linear {d}→{d} + tanh, {rows} rows)\n");
-    println!("| implementation | forward s | backward s | backward / forward | gradients kept | gradient bytes kept |");
-    println!("|---|---|---|---|---|---|");
+    println!("| implementation | forward s | backward s | backward / forward | gradients kept | gradient bytes kept | device peak |");
+    println!("|---|---|---|---|---|---|---|");
     for name in [
         "clipsculpt autodiff::nn::Linear",
         "candle_nn::Linear (baseline)",
     ] {
         let ours = name.starts_with("clipsculpt");
-        let (mut fw, mut bw, mut kept) = (Vec::new(), Vec::new(), (0, 0));
+        let (mut fw, mut bw, mut kept, mut dpeak) = (Vec::new(), Vec::new(), (0, 0), 0u64);
         for _ in 0..3 {
             let x = Var::from_tensor(&x0)?;
-            let t = Instant::now();
+            let span = env.start()?;
             let mut h = x.as_tensor().clone();
             for (w, b) in &weights {
                 h = if ours {
                     Linear::new(w.clone(), Some(b.clone())).forward(&h)?
                 } else {
-                    candle_nn::Linear::new(w.clone(), Some(b.clone())).forward(&h)?
+                    // candle-nn's linear needs one dtype: the activations in the weights'.
+                    candle_nn::Linear::new(w.clone(), Some(b.to_dtype(w.dtype())?))
+                        .forward(&h.to_dtype(w.dtype())?)?
+                        .to_dtype(candle_core::DType::F32)?
                 }
                 .tanh()?;
             }
             let loss = h.sum_all()?;
-            fw.push(t.elapsed().as_secs_f64());
-            let t = Instant::now();
+            let forward = span.finish(env)?;
+            fw.push(forward.seconds);
+            let span = env.start()?;
             let g = loss.backward()?;
-            bw.push(t.elapsed().as_secs_f64());
+            let backward = span.finish(env)?;
+            bw.push(backward.seconds);
+            dpeak = dpeak.max(forward.device_peak).max(backward.device_peak);
             kept = store_bytes(&g);
         }
         let (f, b) = (median(fw), median(bw));
         println!(
-            "| {name} | {f:.3} | {b:.3} | {:.2} | {} | {} |",
+            "| {name} | {f:.3} | {b:.3} | {:.2} | {} | {} | {} |",
             b / f,
             kept.0,
-            memory::mib(kept.1)
+            memory::mib(kept.1),
+            memory::mib(dpeak as usize)
         );
     }
     println!();
@@ -92,36 +114,52 @@ fn frozen_linear() -> Result<()> {
 }
 
 /// 16 residual MLP blocks (d 256, hidden 1024) on 2048 rows under every policy.
-fn chain_policies() -> Result<()> {
-    let dev = Device::Cpu;
-    let (n, d, h, rows) = (16, 256, 1024, 2048);
+fn chain_policies(env: &BenchEnv) -> Result<()> {
+    let dev = env.device.clone();
+    let (n, d, h, rows) = match env.size {
+        Size::Cpu => (16, 256, 1024, 2048),
+        Size::Gpu => (16, 1024, 4096, 16384),
+        Size::Tiny => (4, 16, 32, 8),
+    };
     let blocks: Vec<ResidualMlp> = (0..n)
         .map(|i| ResidualMlp::new(d, h, 10 + i as u64, &dev))
         .collect::<Result<_>>()?;
     let mut rng = Rng::new(2);
     let x0 = rng.normal_tensor(&[rows, d], &dev)?;
     let w = rng.normal_tensor(&[rows, d], &dev)?;
-    let costs =
-        measure_costs(&blocks, &x0, &[])?.expect("the bench installs the counting allocator");
-    println!(
-        "## Residual MLP chain: {n} blocks, d {d}, hidden {h}, {rows} rows (s = {} per boundary, a = {} graph per block)\n",
-        memory::mib(costs[0].input_bytes),
-        memory::mib(costs[0].graph_bytes)
-    );
+    // Measured on the host heap, so only on the CPU (None elsewhere): budgets need them.
+    let costs = measure_costs(&blocks, &x0, &[])?;
+    match &costs {
+        Some(c) => println!(
+            "## Residual MLP chain: {n} blocks, d {d}, hidden {h}, {rows} rows (s = {} per boundary, a = {} graph per block)\n",
+            memory::mib(c[0].input_bytes),
+            memory::mib(c[0].graph_bytes)
+        ),
+        None => println!("## Residual MLP chain: {n} blocks, d {d}, hidden {h}, {rows} rows\n"),
+    }
 
-    // One run: peak bytes above the start, seconds, the input gradient.
+    // One run: peak bytes above the start (host heap; the device's high-water mark elsewhere),
+    // seconds, the input gradient.
+    let on_cpu = dev.is_cpu();
     let run_once = |policy: Policy| -> Result<(usize, f64, Tensor)> {
         let plan = policy
-            .plan(n, Some(&costs))
+            .plan(n, costs.as_deref())
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let x = Var::from_tensor(&x0)?;
-        let meter = PeakMeter::start();
-        let t = Instant::now();
+        let span = env.start()?;
         let out = run_chain(&blocks, x.as_tensor(), &[], &plan)?;
         let g = (out * &w)?.sum_all()?.backward()?;
-        let secs = t.elapsed().as_secs_f64();
-        let grad = g.get(&x).cloned().expect("gradient reaches the input");
-        Ok((meter.peak_above_base(), secs, grad))
+        let Some(grad) = g.get(&x).cloned() else {
+            candle_core::bail!("no gradient reached the input");
+        };
+        drop(g);
+        let m = span.finish(env)?;
+        let peak = if on_cpu {
+            m.host_peak
+        } else {
+            m.device_peak as usize
+        };
+        Ok((peak, m.seconds, grad))
     };
     // Rounds interleave the policies so that machine noise hits them alike; medians are reported.
     let mut policies = vec![
@@ -133,16 +171,19 @@ fn chain_policies() -> Result<()> {
         Policy::LastN(4),
         Policy::LastN(8),
     ];
-    let budgets: Vec<usize> = [0.15, 0.25, 0.35, 0.5, 0.75, 1.2]
-        .iter()
-        .map(|f| (costs.iter().map(|c| c.graph_bytes).sum::<usize>() as f64 * f) as usize)
-        .collect();
+    let budgets: Vec<usize> = match &costs {
+        Some(costs) => [0.15, 0.25, 0.35, 0.5, 0.75, 1.2]
+            .iter()
+            .map(|f| (costs.iter().map(|c| c.graph_bytes).sum::<usize>() as f64 * f) as usize)
+            .collect(),
+        None => Vec::new(),
+    };
     policies.extend(budgets.iter().map(|&b| Policy::Budget(b)));
     let mut results: Vec<(usize, Vec<f64>, Option<Tensor>)> =
         vec![(0, Vec::new(), None); policies.len()];
     for _round in 0..3 {
         for (p, r) in policies.iter().zip(results.iter_mut()) {
-            if p.plan(n, Some(&costs)).is_err() {
+            if p.plan(n, costs.as_deref()).is_err() {
                 continue;
             }
             let (peak, secs, grad) = run_once(*p)?;
@@ -152,7 +193,9 @@ fn chain_policies() -> Result<()> {
         }
     }
     let (base_peak, base_time) = (results[0].0, median(results[0].1.clone()));
-    let base_grad = results[0].2.clone().expect("none ran");
+    let Some(base_grad) = results[0].2.clone() else {
+        candle_core::bail!("the unchecked run did not run");
+    };
     println!("| policy | peak activation | vs none | seconds | vs none | recomputed blocks | kept inputs | rel. grad error vs none |");
     println!("|---|---|---|---|---|---|---|---|");
     for (p, r) in policies
@@ -171,9 +214,16 @@ fn chain_policies() -> Result<()> {
             time / base_time,
             plan.recomputed_blocks(),
             plan.checkpoints(),
-            rel_err(r.2.as_ref().expect("ran"), &base_grad)?
+            match r.2.as_ref() {
+                Some(g) => rel_err(g, &base_grad)?,
+                None => f32::NAN,
+            }
         );
     }
+    let Some(costs) = costs else {
+        println!("\n(byte-budget plans need the host heap meter: CPU only)");
+        return Ok(());
+    };
     println!("\n### Budget policy (budgets as fractions of the chain's total graph bytes)\n");
     println!(
         "| budget | plan | recomputed blocks | predicted peak | measured peak | fits | seconds |"

@@ -5,43 +5,40 @@
 //! backward (counting allocator), seconds, and both ratios to no checkpointing. Run with
 //! `cargo bench --bench clip`; `CLIP_BENCH_REPEATS` (default 1) repeats each policy and keeps the
 //! fastest time and the highest peak.
+//!
+//! Device-generic (`benches/common`): `CLIPSCULPT_DEVICE=cuda`, `CLIPSCULPT_DTYPE=bf16`;
+//! `CLIPSCULPT_BENCH_SIZE=gpu` runs the ViT-B/16 and ViT-L/14 geometries on 32 images, `tiny` a
+//! smoke run. The device is synchronised around each timing; "device peak" is the CUDA pool's
+//! high-water mark (the host heap on the CPU).
 
-use std::time::Instant;
+#[path = "common/mod.rs"]
+mod common;
 
-use candle_core::{Device, Result, Tensor, Var};
+use candle_core::{Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::autodiff::memory::{mib, CountingAlloc, PeakMeter};
+use clipsculpt::autodiff::memory::{mib, CountingAlloc};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::clip::{preprocess, ClipVisionConfig, ClipVisionModelWithProjection};
-use clipsculpt::toy::random::random_frozen;
+use clipsculpt::toy::random::random_frozen_in;
+use common::{BenchEnv, Size};
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
 
-/// Frozen random weights (plain tensors, as loaded from safetensors), drawn from our seeded
-/// generator with transformers' init.
-fn random_tower(
-    cfg: &ClipVisionConfig,
-    projection: usize,
-    dev: &Device,
-) -> Result<ClipVisionModelWithProjection> {
-    random_frozen(7, dev, |vb| {
-        ClipVisionModelWithProjection::new(vb, cfg, projection)
-    })
-}
-
-/// One forward + backward; returns (peak bytes above the start, seconds, ‖d loss/d images‖).
+/// One forward + backward; returns (peak host bytes above the start, seconds, device peak,
+/// ‖d loss/d images‖).
 fn run(
+    env: &BenchEnv,
     model: &ClipVisionModelWithProjection,
+    side: usize,
     images: &Tensor,
     target: &Tensor,
     policy: &Policy,
-) -> Result<(usize, f64, f32)> {
+) -> Result<(usize, f64, u64, f32)> {
     // The input images are a Var made before the meter starts: inputs are not activations.
     let var = Var::from_tensor(images)?;
-    let meter = PeakMeter::start();
-    let t0 = Instant::now();
-    let pixels = preprocess(var.as_tensor(), 224)?;
+    let span = env.start()?;
+    let pixels = preprocess(var.as_tensor(), side)?;
     let (_, embeds) = model.forward(&pixels, policy)?;
     // −Σ cos(image_i, target): the guidance loss.
     let norm = embeds.sqr()?.sum_keepdim(1)?.sqrt()?;
@@ -51,49 +48,82 @@ fn run(
         .sum_all()?
         .neg()?;
     let grads = loss.backward()?;
-    let g = grads.get(&var).expect("the gradient reaches the pixels");
+    let Some(g) = grads.get(&var) else {
+        candle_core::bail!("the gradient did not reach the pixels");
+    };
     let gnorm = g.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>()?;
     drop(grads);
-    Ok((meter.peak_above_base(), t0.elapsed().as_secs_f64(), gnorm))
+    let m = span.finish(env)?;
+    Ok((m.host_peak, m.seconds, m.device_peak, gnorm))
+}
+
+fn vit(width: usize, layers: usize, heads: usize, patch: usize, image: usize) -> ClipVisionConfig {
+    ClipVisionConfig {
+        hidden_size: width,
+        intermediate_size: 4 * width,
+        num_hidden_layers: layers,
+        num_attention_heads: heads,
+        patch_size: patch,
+        image_size: image,
+        ..ClipVisionConfig::default()
+    }
 }
 
 fn main() -> Result<()> {
     // As the CLI does (see its doc: large temporaries reuse the heap).
     clipsculpt::autodiff::memory::keep_freed_pages();
-    let dev = Device::Cpu;
+    let env = BenchEnv::from_env()?;
+    let dev = env.device.clone();
     let repeats: usize = std::env::var("CLIP_BENCH_REPEATS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
     // transformers' defaults are openai/clip-vit-base-patch32's vision tower
     // (<https://huggingface.co/openai/clip-vit-base-patch32/blob/main/config.json>).
-    let cfg = ClipVisionConfig::default();
-    let model = random_tower(&cfg, 512, &dev)?;
-    let mut rng = Rng::new(1);
-    let images = rng.uniform_tensor(&[8, 3, 224, 224], &dev)?;
-    let target = rng.normal_tensor(&[1, 512], &dev)?;
-    let target = target.broadcast_div(&target.sqr()?.sum_keepdim(1)?.sqrt()?)?;
-    println!("CLIP vision forward+backward to pixels: ViT-B/32 geometry, 8 images at 224, {repeats} repeat(s)\n");
+    let (towers, n_images): (Vec<(&str, ClipVisionConfig, usize)>, usize) = match env.size {
+        Size::Cpu => (vec![("ViT-B/32", ClipVisionConfig::default(), 512)], 8),
+        Size::Gpu => (
+            vec![
+                ("ViT-B/16", vit(768, 12, 12, 16, 224), 512),
+                ("ViT-L/14", vit(1024, 24, 16, 14, 224), 768),
+            ],
+            32,
+        ),
+        Size::Tiny => (vec![("tiny ViT", vit(32, 2, 4, 8, 32), 32)], 2),
+    };
+    println!("{}\n", env.describe()?);
     println!(
-        "| policy | peak activation bytes | peak | seconds | peak / none | time / none | ‖grad‖ |"
+        "| tower | images | policy | peak activation bytes | peak | seconds | peak / none | time / none | device peak | ‖grad‖ |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    let mut base: Option<(usize, f64)> = None;
-    for policy in [Policy::None, Policy::BLOCKS, Policy::Sqrt] {
-        let (mut peak, mut secs, mut gnorm) = (0usize, f64::INFINITY, 0.0);
-        for _ in 0..repeats.max(1) {
-            let (p, s, g) = run(&model, &images, &target, &policy)?;
-            peak = peak.max(p);
-            secs = secs.min(s);
-            gnorm = g;
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, cfg, projection) in towers {
+        let model = random_frozen_in(7, &dev, env.dtype(), |vb| {
+            ClipVisionModelWithProjection::new(vb, &cfg, projection)
+        })?;
+        let mut rng = Rng::new(1);
+        let side = cfg.image_size;
+        let images = rng.uniform_tensor(&[n_images, 3, side, side], &dev)?;
+        let target = rng.normal_tensor(&[1, projection], &dev)?;
+        let target = target.broadcast_div(&target.sqr()?.sum_keepdim(1)?.sqrt()?)?;
+        let mut base: Option<(usize, f64)> = None;
+        for policy in [Policy::None, Policy::BLOCKS, Policy::Sqrt] {
+            let (mut peak, mut secs, mut dpeak, mut gnorm) = (0usize, f64::INFINITY, 0u64, 0.0);
+            for _ in 0..repeats.max(1) {
+                let (p, s, d, g) = run(&env, &model, side, &images, &target, &policy)?;
+                peak = peak.max(p);
+                secs = secs.min(s);
+                dpeak = dpeak.max(d);
+                gnorm = g;
+            }
+            let (bp, bs) = *base.get_or_insert((peak.max(1), secs));
+            println!(
+                "| {name} | {n_images} | {policy} | {peak} | {} | {secs:.3} | {:.1}% | {:.2}× | {} | {gnorm:.6} |",
+                mib(peak),
+                100.0 * peak as f64 / bp as f64,
+                secs / bs,
+                mib(dpeak as usize),
+            );
         }
-        let (bp, bs) = *base.get_or_insert((peak, secs));
-        println!(
-            "| {policy} | {peak} | {} | {secs:.2} | {:.1}% | {:.2}× | {gnorm:.6} |",
-            mib(peak),
-            100.0 * peak as f64 / bp as f64,
-            secs / bs
-        );
     }
     Ok(())
 }

@@ -11,123 +11,259 @@
 //! fastest of N steps is reported) select the runs; the last column is the process's peak RSS
 //! so far (`VmHWM`, weights included), which is per configuration when one runs per process
 //! (as `benches/reference/compare.sh` does).
+//!
+//! Device-generic (`benches/common`): `CLIPSCULPT_DEVICE=cuda`, `CLIPSCULPT_DTYPE=bf16`, and
+//! `CLIPSCULPT_BENCH_SIZE=gpu` for the GPU workload: 4 views of 128×128 rays (`GUIDE_BENCH_RES`
+//! still overrides), 64 stratified + 64 importance samples, ray chunks of 4096, the ViT-B/16 and
+//! ViT-L/14 vision towers (checkpointed only unless `GUIDE_BENCH_CKPT` says otherwise;
+//! `GUIDE_BENCH_VIEWS` overrides the views); `tiny` is a smoke run. The device is synchronised before the clock
+//! starts and stops; "device peak" is the CUDA pool's high-water mark (the host heap on the CPU).
 
-use std::time::Instant;
+#[path = "common/mod.rs"]
+mod common;
 
 use candle_core::{Device, Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::autodiff::memory::{mib, CountingAlloc, PeakMeter};
+use clipsculpt::autodiff::memory::{mib, CountingAlloc};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::clip::{
     preprocess, scorer::normalize, ClipVisionConfig, ClipVisionModelWithProjection,
 };
 use clipsculpt::render::{render_views_with, Camera, RayDraws, RenderSettings};
 use clipsculpt::shap_e::{Decoder, RendererConfig};
-use clipsculpt::toy::random::random_frozen;
+use clipsculpt::toy::random::random_frozen_in;
+use common::{BenchEnv, Size};
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
 
+fn json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| candle_core::Error::Msg(e.to_string()))
+}
+
+/// A ViT vision config: (name, width, layers, heads, patch, image side, projection).
+fn vit(
+    name: &'static str,
+    (width, layers, heads, patch, image, projection): (usize, usize, usize, usize, usize, usize),
+) -> Result<(&'static str, ClipVisionConfig)> {
+    Ok((
+        name,
+        json(serde_json::json!({
+            "hidden_size": width, "intermediate_size": 4 * width, "projection_dim": projection,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "num_channels": 3,
+            "image_size": image, "patch_size": patch, "hidden_act": "quick_gelu",
+            "layer_norm_eps": 1e-5
+        }))?,
+    ))
+}
+
+/// The workload of a size: decoder config, ray resolutions, views, (coarse, fine) samples, ray
+/// chunk, ViT towers.
+type Workload = (
+    RendererConfig,
+    Vec<usize>,
+    usize,
+    (usize, usize),
+    usize,
+    Vec<(&'static str, ClipVisionConfig)>,
+);
+
+fn workload(size: Size) -> Result<Workload> {
+    Ok(match size {
+        // transformers' defaults are openai/clip-vit-base-patch32's vision tower.
+        Size::Cpu => (
+            json(serde_json::json!({}))?,
+            vec![32, 64],
+            1,
+            (64, 0),
+            256,
+            vec![("ViT-B/32", ClipVisionConfig::default())],
+        ),
+        Size::Gpu => (
+            json(serde_json::json!({}))?,
+            vec![128],
+            4,
+            (64, 64),
+            4096,
+            vec![
+                vit("ViT-B/16", (768, 12, 12, 16, 224, 512))?,
+                vit("ViT-L/14", (1024, 24, 16, 14, 224, 768))?,
+            ],
+        ),
+        Size::Tiny => (
+            json(serde_json::json!({
+                "d_hidden": 8, "d_latent": 16,
+                "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]
+            }))?,
+            vec![8],
+            1,
+            (8, 8),
+            16,
+            vec![vit("tiny ViT", (32, 2, 4, 8, 32, 32))?],
+        ),
+    })
+}
+
 fn main() -> Result<()> {
     // As the CLI does (see its doc: large temporaries reuse the heap).
     clipsculpt::autodiff::memory::keep_freed_pages();
-    let dev = Device::Cpu;
-    let cfg: RendererConfig =
-        serde_json::from_str("{}").map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-    let decoder = random_frozen(1, &dev, |vb| Decoder::new(vb, &cfg))?;
-    // transformers' defaults are openai/clip-vit-base-patch32's vision tower.
-    let vit_cfg = ClipVisionConfig::default();
-    let vit = random_frozen(2, &dev, |vb| {
-        ClipVisionModelWithProjection::new(vb, &vit_cfg, 512)
-    })?;
+    let env = BenchEnv::from_env()?;
+    let dev = env.device.clone();
+    let (cfg, default_res, views, (n_coarse, n_fine), chunk, towers) = workload(env.size)?;
+    let decoder = random_frozen_in(1, &dev, env.dtype(), |vb| Decoder::new(vb, &cfg))?;
     let mut rng = Rng::new(3);
-    let latent0 = (rng.normal_tensor(&[1, 1024, 1024], &dev)? * 0.3)?.clamp(-1f32, 1f32)?;
-    let text = normalize(&rng.normal_tensor(&[1, 512], &dev)?)?;
+    let latent0 = (rng.normal_tensor(&[1, cfg.latent_rows(), cfg.d_latent], &dev)? * 0.3)?
+        .clamp(-1f32, 1f32)?;
 
     println!("## guide-cpu-v1: one guidance step (forward + backward to the latent)\n");
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let resolutions: Vec<usize> = env("GUIDE_BENCH_RES")
-        .unwrap_or_else(|| "32,64".into())
-        .split(',')
-        .map(|r| {
-            r.trim()
-                .parse()
-                .expect("GUIDE_BENCH_RES: comma-separated sizes")
-        })
-        .collect();
-    let ckpts: Vec<bool> = match env("GUIDE_BENCH_CKPT").as_deref() {
+    println!("{}\n", env.describe()?);
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let resolutions: Vec<usize> = match var("GUIDE_BENCH_RES") {
+        None => default_res,
+        Some(list) => list
+            .split(',')
+            .map(|r| {
+                r.trim().parse().map_err(|_| {
+                    candle_core::Error::Msg(format!(
+                        "GUIDE_BENCH_RES={list}: comma-separated sizes"
+                    ))
+                })
+            })
+            .collect::<Result<_>>()?,
+    };
+    let views = match var("GUIDE_BENCH_VIEWS") {
+        None => views,
+        Some(v) => v
+            .parse()
+            .map_err(|_| candle_core::Error::Msg(format!("GUIDE_BENCH_VIEWS={v}: a count")))?,
+    };
+    let ckpts: Vec<bool> = match var("GUIDE_BENCH_CKPT").as_deref() {
+        // Unchecked, the GPU workload's graph (65536 rays × 128 samples × 256 wide × 7 layers)
+        // would need hundreds of GiB: only checkpointed unless asked.
+        None if env.size == Size::Gpu => vec![true],
         None | Some("both") => vec![false, true],
         Some("none") => vec![false],
         Some("ckpt") => vec![true],
-        Some(other) => panic!("GUIDE_BENCH_CKPT={other}: use none, ckpt or both"),
+        Some(other) => candle_core::bail!("GUIDE_BENCH_CKPT={other}: use none, ckpt or both"),
     };
-    let repeats: usize = env("GUIDE_BENCH_REPEATS").map_or(1, |r| r.parse().expect("a count"));
+    let repeats: usize = match var("GUIDE_BENCH_REPEATS") {
+        None => 1,
+        Some(r) => r
+            .parse()
+            .map_err(|_| candle_core::Error::Msg(format!("GUIDE_BENCH_REPEATS={r}: a count")))?,
+    };
     println!(
-        "| rays | checkpointing | seconds / step | peak bytes | peak | vs unchecked | peak RSS |"
+        "| CLIP | rays | checkpointing | seconds / step | peak bytes | peak | vs unchecked | device peak | peak RSS |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|");
-    for res in resolutions {
-        let mut base = None;
-        for &ckpt in &ckpts {
-            let mut best: Option<(f64, usize)> = None;
-            for _ in 0..repeats.max(1) {
-                let z = Var::from_tensor(&latent0)?;
-                let meter = PeakMeter::start();
-                let t = Instant::now();
-                let settings = RenderSettings {
-                    n_coarse: 64,
-                    n_fine: 0,
-                    chunk_rays: ckpt.then_some(256),
-                    background: Some([0.0, 0.0, 0.0]),
-                };
-                let rays = res * res;
-                let draws = RayDraws {
-                    coarse: Tensor::full(0.5f32, (rays, 64), &dev)?,
-                    fine_index: Tensor::zeros((rays, 0), candle_core::DType::F32, &dev)?,
-                    fine_offset: Tensor::zeros((rays, 0), candle_core::DType::F32, &dev)?,
-                };
-                let camera = Camera::orbit(0.6, 0.5, 4.0, 0.7, res, res);
-                let view =
-                    render_views_with(&decoder, z.as_tensor(), &[camera], &settings, &draws)?;
-                let rgb = view.rgb.get(0)?.permute((2, 0, 1))?; // premultiplied over black
-                let alpha = view.opacity.get(0)?.unsqueeze(0)?;
-                let copies: Vec<Tensor> = [0.0, 0.33, 0.66, 1.0]
-                    .iter()
-                    .map(|&g| rgb.broadcast_add(&(alpha.affine(-1.0, 1.0)? * g)?))
-                    .collect::<Result<_>>()?;
-                let pixels = preprocess(&Tensor::stack(&copies, 0)?, 224)?;
-                let policy = if ckpt { Policy::BLOCKS } else { Policy::None };
-                let (_, emb) = vit.forward(&pixels, &policy)?;
-                let loss = normalize(&emb)?.matmul(&text.t()?)?.mean_all()?.neg()?;
-                let grads = loss.backward()?;
-                let secs = t.elapsed().as_secs_f64();
-                let peak = meter.peak_above_base();
-                assert!(grads.get(&z).is_some(), "the gradient reaches the latent");
-                drop(grads);
-                best = Some(match best {
-                    Some((s, p)) => (s.min(secs), p.max(peak)),
-                    None => (secs, peak),
-                });
-            }
-            let Some((secs, peak)) = best else { continue };
-            let ratio = match base {
-                None => {
-                    base = Some(peak);
-                    "100%".to_string()
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|");
+    for (tower, vit_cfg) in &towers {
+        let projection = vit_cfg.projection_dim;
+        let vit = random_frozen_in(2, &dev, env.dtype(), |vb| {
+            ClipVisionModelWithProjection::new(vb, vit_cfg, projection)
+        })?;
+        let text = normalize(&rng.normal_tensor(&[1, projection], &dev)?)?;
+        for &res in &resolutions {
+            let mut base = None;
+            for &ckpt in &ckpts {
+                let mut best: Option<(f64, usize, u64)> = None;
+                for _ in 0..repeats.max(1) {
+                    let z = Var::from_tensor(&latent0)?;
+                    let span = env.start()?;
+                    step(
+                        &decoder,
+                        (&vit, vit_cfg.image_size),
+                        &text,
+                        &z,
+                        (res, views),
+                        (n_coarse, n_fine),
+                        ckpt.then_some(chunk),
+                        &dev,
+                    )?;
+                    let m = span.finish(&env)?;
+                    best = Some(match best {
+                        Some((s, p, d)) => {
+                            (s.min(m.seconds), p.max(m.host_peak), d.max(m.device_peak))
+                        }
+                        None => (m.seconds, m.host_peak, m.device_peak),
+                    });
                 }
-                Some(b) => format!("{:.1}%", 100.0 * peak as f64 / b as f64),
-            };
-            println!(
-                "| {res}×{res} | {} | {secs:.2} | {peak} | {} | {ratio} | {} |",
-                if ckpt {
-                    "ray chunks 256 + CLIP blocks"
-                } else {
-                    "none"
-                },
-                mib(peak),
-                peak_rss()
-            );
+                let Some((secs, peak, device_peak)) = best else {
+                    continue;
+                };
+                let ratio = match base {
+                    None => {
+                        base = Some(peak.max(1));
+                        "100%".to_string()
+                    }
+                    Some(b) => format!("{:.1}%", 100.0 * peak as f64 / b as f64),
+                };
+                println!(
+                    "| {tower} | {views}×{res}×{res} | {} | {secs:.3} | {peak} | {} | {ratio} | {} | {} |",
+                    if ckpt {
+                        format!("ray chunks {chunk} + CLIP blocks")
+                    } else {
+                        "none".to_string()
+                    },
+                    mib(peak),
+                    mib(device_peak as usize),
+                    peak_rss()
+                );
+            }
         }
+    }
+    Ok(())
+}
+
+/// One guidance step: render `views` orbit views of `res`² rays, composite each over four grey
+/// backgrounds, resize to the tower's input, embed, loss −mean cosine, backward to `z`.
+#[allow(clippy::too_many_arguments)]
+fn step(
+    decoder: &Decoder,
+    (vit, side): (&ClipVisionModelWithProjection, usize),
+    text: &Tensor,
+    z: &Var,
+    (res, views): (usize, usize),
+    (n_coarse, n_fine): (usize, usize),
+    chunk: Option<usize>,
+    dev: &Device,
+) -> Result<()> {
+    let settings = RenderSettings {
+        n_coarse,
+        n_fine,
+        chunk_rays: chunk,
+        background: Some([0.0, 0.0, 0.0]),
+    };
+    let rays = views * res * res;
+    let draws = if n_fine == 0 {
+        RayDraws {
+            coarse: Tensor::full(0.5f32, (rays, n_coarse), dev)?,
+            fine_index: Tensor::zeros((rays, 0), candle_core::DType::F32, dev)?,
+            fine_offset: Tensor::zeros((rays, 0), candle_core::DType::F32, dev)?,
+        }
+    } else {
+        RayDraws::draw(&mut Rng::new(5), rays, &settings, dev)?
+    };
+    let cameras: Vec<Camera> = (0..views)
+        .map(|v| Camera::orbit(0.6 + v as f32 * 1.5, 0.5, 4.0, 0.7, res, res))
+        .collect();
+    let view = render_views_with(decoder, z.as_tensor(), &cameras, &settings, &draws)?;
+    let rgb = view.rgb.permute((0, 3, 1, 2))?; // premultiplied over black
+    let alpha = view.opacity.unsqueeze(1)?;
+    let copies: Vec<Tensor> = [0.0, 0.33, 0.66, 1.0]
+        .iter()
+        .map(|&g| rgb.broadcast_add(&(alpha.affine(-1.0, 1.0)? * g)?))
+        .collect::<Result<_>>()?;
+    let pixels = preprocess(&Tensor::cat(&copies, 0)?, side)?;
+    let policy = if chunk.is_some() {
+        Policy::BLOCKS
+    } else {
+        Policy::None
+    };
+    let (_, emb) = vit.forward(&pixels, &policy)?;
+    let loss = normalize(&emb)?.matmul(&text.t()?)?.mean_all()?.neg()?;
+    let grads = loss.backward()?;
+    if grads.get(z).is_none() {
+        candle_core::bail!("the gradient did not reach the latent");
     }
     Ok(())
 }

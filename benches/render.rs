@@ -9,16 +9,24 @@
 //! Memory: the unchecked configuration keeps the whole graph of 4096 rays × 192 samples, about
 //! 20 GiB of heap at its peak (measured 20385 MiB); the checkpointed ones stay near 1–3 GiB.
 //! Make sure the machine has that much free before running it.
+//!
+//! Device-generic (`benches/common`): `CLIPSCULPT_DEVICE=cuda`, `CLIPSCULPT_DTYPE=bf16`;
+//! `CLIPSCULPT_BENCH_SIZE=gpu` renders 2 views (8192 rays) with chunks of 4096 and 1024 and
+//! unchecked, `tiny` is a smoke run. The device is synchronised around each timing; "device
+//! peak" is the CUDA pool's high-water mark (the host heap on the CPU).
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::collections::HashMap;
-use std::time::Instant;
 
-use candle_core::{DType, Device, Result, Tensor, Var};
+use candle_core::{Device, Result, Tensor, Var};
 use candle_nn::VarBuilder;
-use clipsculpt::autodiff::memory::{self, CountingAlloc, PeakMeter};
+use clipsculpt::autodiff::memory::{self, CountingAlloc};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::render::{render_views_with, Camera, RayDraws, RenderSettings};
 use clipsculpt::shap_e::{Decoder, RendererConfig};
+use common::{BenchEnv, Size};
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
@@ -71,71 +79,92 @@ struct Row {
     label: String,
     seconds: f64,
     peak: usize,
+    device_peak: u64,
 }
 
 fn run(
+    env: &BenchEnv,
     dec: &Decoder,
     latent: &Tensor,
-    cam: &Camera,
+    cams: &[Camera],
     s: &RenderSettings,
     draws: &RayDraws,
     label: &str,
 ) -> Result<Row> {
     let var = Var::from_tensor(latent)?;
-    let c = Rng::new(7).normal_tensor(&[1, cam.height, cam.width, 3], latent.device())?;
-    let meter = PeakMeter::start();
-    let start = Instant::now();
-    let out = render_views_with(dec, var.as_tensor(), std::slice::from_ref(cam), s, draws)?;
+    let (h, w) = (cams[0].height, cams[0].width);
+    let c = Rng::new(7).normal_tensor(&[cams.len(), h, w, 3], latent.device())?;
+    let span = env.start()?;
+    let out = render_views_with(dec, var.as_tensor(), cams, s, draws)?;
     let loss = ((out.rgb * &c)?.sum_all()? + out.opacity.sum_all()?)?;
     let grads = loss.backward()?;
     let g = grads
         .get(&var)
         .map(|g| g.abs().and_then(|a| a.sum_all()))
         .transpose()?;
-    let seconds = start.elapsed().as_secs_f64();
-    let peak = meter.peak_above_base();
     drop(grads);
+    let m = span.finish(env)?;
     if g.is_none() {
         candle_core::bail!("no gradient reached the latent");
     }
     Ok(Row {
         label: label.to_string(),
-        seconds,
-        peak,
+        seconds: m.seconds,
+        peak: m.host_peak,
+        device_peak: m.device_peak,
     })
 }
 
 fn main() -> Result<()> {
     // As the CLI does (see its doc: large temporaries reuse the heap).
     clipsculpt::autodiff::memory::keep_freed_pages();
-    let dev = Device::Cpu;
+    let env = BenchEnv::from_env()?;
+    let dev = env.device.clone();
+    let (cfg_json, views, side, (n_coarse, n_fine), chunks) = match env.size {
+        Size::Cpu => (serde_json::json!({}), 1, 64, (64, 128), vec![512usize, 256]),
+        Size::Gpu => (serde_json::json!({}), 2, 64, (64, 128), vec![4096, 1024]),
+        Size::Tiny => (
+            serde_json::json!({
+                "d_hidden": 8, "d_latent": 16,
+                "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]
+            }),
+            1,
+            8,
+            (8, 8),
+            vec![16],
+        ),
+    };
     let cfg: RendererConfig =
-        serde_json::from_str("{}").map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        serde_json::from_value(cfg_json).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     let mut rng = Rng::new(0);
     let weights = random_weights(&cfg, &mut rng, &dev)?;
-    let dec = Decoder::new(VarBuilder::from_tensors(weights, DType::F32, &dev), &cfg)?;
+    let dec = Decoder::new(VarBuilder::from_tensors(weights, env.dtype(), &dev), &cfg)?;
     let latent = rng
         .uniform_tensor(&[1, cfg.latent_rows(), cfg.d_latent], &dev)?
         .affine(2.0, -1.0)?;
-    let cam = Camera::orbit(0.5, 0.4, 4.0, 0.7, 64, 64);
+    let cams: Vec<Camera> = (0..views)
+        .map(|v| Camera::orbit(0.5 + v as f32 * 1.5, 0.4, 4.0, 0.7, side, side))
+        .collect();
     let base = RenderSettings {
-        n_coarse: 64,
-        n_fine: 128,
+        n_coarse,
+        n_fine,
         chunk_rays: None,
         background: None,
     };
-    let draws = RayDraws::draw(&mut rng, 64 * 64, &base, &dev)?;
+    let draws = RayDraws::draw(&mut rng, views * side * side, &base, &dev)?;
+    println!("{}", env.describe()?);
     println!("weights loaded: {}", memory::mib(memory::current()));
     let mut rows = Vec::new();
-    for chunk in [512usize, 256] {
+    for chunk in chunks {
         let s = RenderSettings {
             chunk_rays: Some(chunk),
             ..base.clone()
         };
         rows.push(run(
+            &env,
             &dec,
             &latent,
-            &cam,
+            &cams,
             &s,
             &draws,
             &format!("ray chunks of {chunk}"),
@@ -143,25 +172,32 @@ fn main() -> Result<()> {
         eprintln!("done: chunks of {chunk}");
     }
     rows.push(run(
+        &env,
         &dec,
         &latent,
-        &cam,
+        &cams,
         &base,
         &draws,
         "one graph (no checkpointing)",
     )?);
     let unchecked = rows[rows.len() - 1].peak.max(1);
-    println!("\n64×64 view, 64+128 samples/ray, d_latent 1024, MLP 256 wide × 6 hidden, forward+backward\n");
-    println!("| configuration | seconds | peak activation bytes | peak vs unchecked |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "\n{views} view(s) of {side}×{side}, {n_coarse}+{n_fine} samples/ray, d_latent {}, MLP {} wide × {} hidden, forward+backward\n",
+        cfg.d_latent, cfg.d_hidden, cfg.n_hidden_layers
+    );
+    println!(
+        "| configuration | seconds | peak activation bytes | peak vs unchecked | device peak |"
+    );
+    println!("|---|---:|---:|---:|---:|");
     for r in &rows {
         println!(
-            "| {} | {:.2} | {} ({}) | {:.1}% |",
+            "| {} | {:.3} | {} ({}) | {:.1}% | {} |",
             r.label,
             r.seconds,
             r.peak,
             memory::mib(r.peak),
-            100.0 * r.peak as f64 / unchecked as f64
+            100.0 * r.peak as f64 / unchecked as f64,
+            memory::mib(r.device_peak as usize)
         );
     }
     Ok(())

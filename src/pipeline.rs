@@ -13,9 +13,10 @@ use crate::atomic::write_atomic;
 use crate::autodiff::memory;
 use crate::autodiff::rng::Rng;
 use crate::clip::{
-    load_text_with_projection, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
+    load_text_with_projection_with_dtype, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
 };
-use crate::device::device_name;
+use crate::device::memory::{self as device_memory, Meter, Trim};
+use crate::device::{device_name, Precision};
 use crate::guide::{self, GuideSettings, GuideTrace, StartChoice, Target};
 use crate::mesh::{self, ExportReport, Field, Format};
 use crate::render::{contact_sheet, preview_settings};
@@ -62,22 +63,41 @@ pub struct Models {
     pub sources: ModelSources,
     /// Seconds [`Models::load`] took.
     pub load_seconds: f64,
+    /// The dtype of the frozen networks' matrix weights.
+    pub precision: Precision,
+    /// Peak bytes while loading ([`device_memory::peak_bytes`]).
+    pub load_peak_bytes: u64,
 }
 
 impl Models {
-    /// Loads a Shap-E pipeline folder and a scoring-CLIP folder.
+    /// Loads a Shap-E pipeline folder and a scoring-CLIP folder in the device's default
+    /// precision ([`Precision::default_for`]: bf16 on CUDA, f32 on the CPU).
     pub fn load(shap_e_dir: &Path, clip_dir: &Path, device: &Device) -> Result<Models> {
+        Self::load_with_precision(shap_e_dir, clip_dir, device, Precision::default_for(device))
+    }
+
+    /// Loads both folders with the frozen networks' matrix weights (prior, its text tower, the
+    /// decoder, the scoring CLIP) in `precision`.
+    pub fn load_with_precision(
+        shap_e_dir: &Path,
+        clip_dir: &Path,
+        device: &Device,
+        precision: Precision,
+    ) -> Result<Models> {
         let start = Instant::now();
-        let shap_e = ShapE::load(shap_e_dir, DType::F32, device)
+        device_memory::reset_peak(device)?;
+        let dtype = precision.dtype();
+        let shap_e = ShapE::load(shap_e_dir, dtype, device)
             .with_context(|| format!("loading the Shap-E pipeline in {}", shap_e_dir.display()))?;
         let text_dir = shap_e_dir.join("text_encoder");
-        let text_encoder = load_text_with_projection(&text_dir, device).with_context(|| {
-            format!("loading the prior's text encoder in {}", text_dir.display())
-        })?;
+        let text_encoder = load_text_with_projection_with_dtype(&text_dir, dtype, device)
+            .with_context(|| {
+                format!("loading the prior's text encoder in {}", text_dir.display())
+            })?;
         let tok_dir = shap_e_dir.join("tokenizer");
         let tokenizer = ClipTokenizer::from_dir(&tok_dir, 77)
             .with_context(|| format!("loading the prior's tokenizer in {}", tok_dir.display()))?;
-        let scorer = ClipScorer::load(clip_dir, device)
+        let scorer = ClipScorer::load_with_dtype(clip_dir, dtype, device)
             .with_context(|| format!("loading the scoring CLIP in {}", clip_dir.display()))?;
         let negatives_file = clip_dir.join(guide::NEGATIVES_FILE);
         let negatives = if negatives_file.is_file() {
@@ -97,6 +117,8 @@ impl Models {
                 clip: clip_dir.display().to_string(),
             },
             load_seconds: start.elapsed().as_secs_f64(),
+            precision,
+            load_peak_bytes: device_memory::peak_bytes(device)?,
         })
     }
 
@@ -295,6 +317,41 @@ pub struct ReportSettings {
     pub run: RunSettings,
     /// The device it ran on (`cpu`, `cuda:0`).
     pub device: String,
+    /// The frozen networks' matrix-weight dtype (`--dtype`: f32, bf16, f16).
+    pub dtype: Precision,
+}
+
+/// Peak bytes in use during each stage of a run (absolute: the models' weights included),
+/// as [`device_memory::peak_bytes`] measures them.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct StagePeakBytes {
+    /// Loading the models (once per process).
+    pub loading: u64,
+    /// Text conditioning and prior sampling.
+    pub sampling: u64,
+    /// The before/after scores (the larger of the two).
+    pub scoring: u64,
+    /// CLIP-guided optimization.
+    pub optimizing: u64,
+    /// Writing the latents and the preview sheets.
+    pub previews: u64,
+    /// The graph-free export (grid, surface, colours, files), after the cache release.
+    pub export: u64,
+}
+
+/// The `memory` section of `report.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemorySection {
+    /// The device: `cpu`, or the GPU's name, ordinal and compute capability.
+    pub device: String,
+    /// What the figures measure: the host heap (CPU) or the CUDA memory pool.
+    pub meter: Meter,
+    /// The frozen networks' matrix-weight dtype.
+    pub dtype: Precision,
+    /// Peak bytes per stage.
+    pub peak_bytes: StagePeakBytes,
+    /// Reserved/used/free bytes before and after the cache release that precedes the export.
+    pub export_release: Trim,
 }
 
 /// Wall-clock seconds per stage of a run; the stages and `other` add up to `total`.
@@ -394,6 +451,8 @@ pub struct Report {
     /// Memory in use when the export started, after optimization state was dropped (host heap;
     /// device free/total under CUDA).
     pub memory_before_export: String,
+    /// Device, dtype, peak bytes per stage and the cache release before the export.
+    pub memory: MemorySection,
     /// Mesh statistics.
     pub mesh: mesh::MeshStats,
     /// Files written.
@@ -438,20 +497,29 @@ pub fn generate(
     let since = |t: Instant| t.elapsed().as_secs_f64();
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let rng = Rng::new(s.seed);
+    let mut peaks = StagePeakBytes {
+        loading: models.load_peak_bytes,
+        ..StagePeakBytes::default()
+    };
     on_progress(Progress::Stage("sampling the prior", 0));
     let t0 = Instant::now();
+    device_memory::reset_peak(device)?;
     let z0 = models.run_sample(prompt, s, &rng, device)?;
+    peaks.sampling = device_memory::peak_bytes(device)?;
     let t_sample = since(t0);
     let decoder = &models.shap_e.decoder;
     let t_score = Instant::now();
+    device_memory::reset_peak(device)?;
     let target = Target::new(&models.scorer, prompt, &models.negatives, s.guide.contrast)?;
     let score_res = s.guide.eval_side(models.scorer.image_size());
     let before = guide::score(decoder, &models.scorer, &target, &z0, score_res)?;
+    peaks.scoring = device_memory::peak_bytes(device)?;
     let mut t_scoring = since(t_score);
 
     on_progress(Progress::Stage("optimizing", s.guide.steps));
     let t1 = Instant::now();
     let meter = memory::PeakMeter::start();
+    device_memory::reset_peak(device)?;
     let (z, trace, start_choice) = if s.guide.steps == 0 {
         (z0.clone(), GuideTrace::default(), StartChoice::default())
     } else {
@@ -459,12 +527,14 @@ pub fn generate(
             on_progress(Progress::Step(step, c))
         })?
     };
+    peaks.optimizing = device_memory::peak_bytes(device)?;
     let peak_optimize_bytes = meter.peak_above_base();
     let t_opt = since(t1);
     let t_score = Instant::now();
     // Scores and previews are deterministic functions of the latent (fixed cameras and draws),
     // so when guidance left the latent unchanged (`--steps 0`) the prior's are reused.
     let unchanged = same_values(&z0, &z)?;
+    device_memory::reset_peak(device)?;
     let after = if unchanged {
         before
     } else {
@@ -484,10 +554,12 @@ pub fn generate(
         }
         None => None,
     };
+    peaks.scoring = peaks.scoring.max(device_memory::peak_bytes(device)?);
     t_scoring += since(t_score);
 
     on_progress(Progress::Stage("writing latents, previews and meshes", 0));
     let t_latents = Instant::now();
+    device_memory::reset_peak(device)?;
     let mut files = Vec::new();
     for (name, latent) in [
         ("latent_prior.safetensors", &z0),
@@ -518,10 +590,15 @@ pub fn generate(
         prior_png = Some(png);
     }
     let t_previews = since(t_previews);
+    peaks.previews = device_memory::peak_bytes(device)?;
     let field = LatentField::new(decoder, &z)?;
+    // The export releases the device's cached memory first (which leaves the bytes in use as
+    // they are, so resetting the mark here measures the export alone).
+    device_memory::reset_peak(device)?;
     let export: ExportReport =
         mesh::export_field(&field, device, s.grid, &s.formats, out_dir, "mesh")
             .with_context(|| format!("exporting the mesh of {prompt:?}"))?;
+    peaks.export = device_memory::peak_bytes(device)?;
     files.extend(export.files.iter().cloned());
     let report = Report {
         version: env!("CARGO_PKG_VERSION"),
@@ -540,6 +617,7 @@ pub fn generate(
                 ..s.clone()
             },
             device: device_name(device),
+            dtype: models.precision,
         },
         trace,
         start: start_choice,
@@ -563,6 +641,13 @@ pub fn generate(
         ),
         peak_optimize_bytes,
         memory_before_export: export.memory_before.to_string(),
+        memory: MemorySection {
+            device: device_memory::device_label(device)?,
+            meter: device_memory::meter(device),
+            dtype: models.precision,
+            peak_bytes: peaks,
+            export_release: export.memory_before.trim,
+        },
         mesh: export.stats,
         files,
     };

@@ -13,6 +13,11 @@ use clipsculpt::toy::random::{
     toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes,
 };
 
+/// Counts heap bytes, as the binary does, so the report's CPU memory figures are real.
+#[global_allocator]
+static ALLOC: clipsculpt::autodiff::memory::CountingAlloc =
+    clipsculpt::autodiff::memory::CountingAlloc;
+
 /// A Shap-E pipeline small enough to run in a test.
 const SIZES: ShapESizes = ShapESizes {
     d_hidden: 8,
@@ -117,6 +122,25 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     let sum = stages.iter().sum::<f64>() + t.files.values().sum::<f64>() + t.other;
     assert!((sum - t.total).abs() < 1e-9, "{t:?}");
     assert!(t.files.contains_key("mesh.glb") && t.files.len() == s.formats.len());
+    // report.json always has a memory section: device, dtype, a peak per stage and the cache
+    // release before export (here the host heap, which this test binary counts).
+    let m = &report.memory;
+    assert_eq!(m.device, "cpu");
+    assert_eq!(m.dtype, clipsculpt::device::Precision::F32);
+    assert_eq!(m.meter, clipsculpt::device::memory::Meter::HostHeap);
+    assert_eq!(report.settings.dtype, clipsculpt::device::Precision::F32);
+    assert!(clipsculpt::autodiff::memory::is_counting());
+    {
+        let p = &m.peak_bytes;
+        assert!(p.loading > 0 && p.optimizing > 0 && p.export > 0, "{p:?}");
+        assert!(m.export_release.before.used_bytes > 0);
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json"))?)?;
+    assert_eq!(json["memory"]["dtype"], "f32");
+    assert_eq!(json["settings"]["dtype"], "f32");
+    assert!(json["memory"]["peak_bytes"]["optimizing"].is_u64());
+    assert!(json["memory"]["export_release"]["after"]["reserved_bytes"].is_u64());
     let c = &report.trace.cosine;
     let (head, tail) = (
         c[..3].iter().sum::<f32>() / 3.0,

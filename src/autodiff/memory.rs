@@ -1,14 +1,11 @@
-//! Memory meters. On the CPU, [`CountingAlloc`] (installed as the `#[global_allocator]` by the
-//! binary, the benches and the tests) counts live heap bytes and their peak, which includes every
-//! candle CPU tensor. RSS cannot rank configurations inside one process (freed memory stays
-//! resident), so all in-process comparisons use this counter.
+//! Memory meters for in-process comparisons. The heap counter itself, [`CountingAlloc`] (installed
+//! as the `#[global_allocator]` by the binary, the benches and the tests), lives in
+//! [`crate::device::memory`] beside the device pool's meters and is re-exported here; it counts
+//! live heap bytes and their peak, which includes every candle CPU tensor. RSS cannot rank
+//! configurations inside one process (freed memory stays resident), so all in-process comparisons
+//! use this counter.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-static ACTIVE: AtomicBool = AtomicBool::new(false);
+pub use crate::device::memory::host::{current, is_counting, peak, reset_peak, CountingAlloc};
 
 /// Keeps freed heap memory mapped for reuse (glibc: no `mmap` for large blocks, no trimming of
 /// the heap top). Call once at program start, before threads allocate.
@@ -19,7 +16,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// a page fault per 4 KiB and the kernel's page clearing: 13 % `clear_page_erms` and ~5 % fault
 /// handling in the profile of `cargo bench --bench render`, which took 48.7 s with the default
 /// and 34.1 s with the heap reused (same build, same machine). The cost: the process keeps its
-/// high-water mark of heap resident instead of returning it. The live-byte counters above are
+/// high-water mark of heap resident instead of returning it. The live-byte counters are
 /// unaffected. A no-op off glibc.
 pub fn keep_freed_pages() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -29,69 +26,6 @@ pub fn keep_freed_pages() {
         libc::mallopt(libc::M_MMAP_MAX, 0);
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
     }
-}
-
-/// The system allocator with live-byte and peak counters.
-pub struct CountingAlloc;
-
-// SAFETY: every call forwards to `System` unchanged; the counters are plain atomics.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc(layout);
-        if !p.is_null() {
-            grow(layout.size());
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = System.alloc_zeroed(layout);
-        if !p.is_null() {
-            grow(layout.size());
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = System.realloc(ptr, layout, new_size);
-        if !p.is_null() {
-            CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
-            grow(new_size);
-        }
-        p
-    }
-}
-
-fn grow(bytes: usize) {
-    let now = CURRENT.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-    if !ACTIVE.load(Ordering::Relaxed) {
-        ACTIVE.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Whether [`CountingAlloc`] is the process's allocator (it has seen an allocation).
-pub fn is_counting() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
-}
-
-/// Live heap bytes now.
-pub fn current() -> usize {
-    CURRENT.load(Ordering::Relaxed)
-}
-
-/// Highest live heap bytes since the last [`reset_peak`].
-pub fn peak() -> usize {
-    PEAK.load(Ordering::Relaxed)
-}
-
-/// Sets the peak to the current live bytes and returns them (the baseline of a phase).
-pub fn reset_peak() -> usize {
-    let now = current();
-    PEAK.store(now, Ordering::Relaxed);
-    now
 }
 
 /// Measures the peak heap bytes a phase adds above the live bytes at its start.

@@ -1,8 +1,14 @@
 //! Layers with candle-nn's constructor signatures whose backward is correct and lean: the
 //! LayerNorm passes gradients (candle-nn's fused one silently does not) and the linear computes
 //! weight gradients only for weights that track. Model files import these instead of candle-nn's.
+//!
+//! **Precision convention.** A VarBuilder's dtype is the dtype of the frozen *matrix* weights
+//! ([`linear`], [`matrix`]); every other parameter (biases, norms, embeddings, scales) is loaded
+//! with [`param`] in [`param_dtype`], which is f32 under a bf16/f16 VarBuilder and the
+//! VarBuilder's own dtype otherwise (f32, or f64 in parity tests). Activations follow the
+//! parameters, so a half-precision model computes in f32 except inside its matrix products.
 
-use candle_core::{Module, Result, Tensor};
+use candle_core::{DType, Module, Result, Shape, Tensor};
 use candle_nn::VarBuilder;
 
 use super::ops;
@@ -37,16 +43,36 @@ impl Module for Linear {
     }
 }
 
-/// Loads `weight (out, in)` and `bias (out)` under `vb`.
+/// The dtype of the parameters that are not matrix weights under a VarBuilder of `dtype`:
+/// f32 for the half types, else `dtype` itself.
+pub fn param_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::BF16 | DType::F16 => DType::F32,
+        other => other,
+    }
+}
+
+/// Loads a parameter that keeps full precision (bias, norm, embedding, scale) in
+/// [`param_dtype`]`(vb.dtype())`.
+pub fn param<S: Into<Shape>>(vb: &VarBuilder, shape: S, name: &str) -> Result<Tensor> {
+    vb.get_with_hints_dtype(shape, name, Default::default(), param_dtype(vb.dtype()))
+}
+
+/// Loads a frozen matrix weight in the VarBuilder's dtype (the one matrix products run in).
+pub fn matrix<S: Into<Shape>>(vb: &VarBuilder, shape: S, name: &str) -> Result<Tensor> {
+    vb.get(shape, name)
+}
+
+/// Loads `weight (out, in)` (VarBuilder dtype) and `bias (out)` ([`param`]) under `vb`.
 pub fn linear(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<Linear> {
-    let weight = vb.get((out_dim, in_dim), "weight")?;
-    let bias = vb.get(out_dim, "bias")?;
+    let weight = matrix(&vb, (out_dim, in_dim), "weight")?;
+    let bias = param(&vb, out_dim, "bias")?;
     Ok(Linear::new(weight, Some(bias)))
 }
 
 /// Loads `weight (out, in)` under `vb`; no bias.
 pub fn linear_no_bias(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<Linear> {
-    Ok(Linear::new(vb.get((out_dim, in_dim), "weight")?, None))
+    Ok(Linear::new(matrix(&vb, (out_dim, in_dim), "weight")?, None))
 }
 
 /// LayerNorm over the last dimension, differentiable (see [`ops::layer_norm`]).
@@ -70,11 +96,11 @@ impl Module for LayerNorm {
     }
 }
 
-/// Loads `weight (size)` and `bias (size)` under `vb`.
+/// Loads `weight (size)` and `bias (size)` under `vb` ([`param`]: f32 in a half-precision model).
 pub fn layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
     Ok(LayerNorm::new(
-        vb.get(size, "weight")?,
-        Some(vb.get(size, "bias")?),
+        param(&vb, size, "weight")?,
+        Some(param(&vb, size, "bias")?),
         eps,
     ))
 }
@@ -83,7 +109,7 @@ pub fn layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
 mod tests {
     use super::*;
     use crate::autodiff::ops::testing::randn;
-    use candle_core::{DType, Device, Var};
+    use candle_core::{Device, Var};
 
     /// The silent-detach trap: candle-nn's LayerNorm on a contiguous input returns an untracked
     /// output, so no gradient reaches x; ours does.

@@ -10,7 +10,7 @@ use super::args::ModelArgs;
 use crate::atomic::write_atomic;
 use crate::batch::slug;
 use crate::clip::ClipScorer;
-use crate::device::DeviceSpec;
+use crate::device::{DeviceSpec, Precision};
 use crate::models::{HubOptions, ModelKind, ModelSpec};
 use crate::pipeline::Models;
 
@@ -18,6 +18,8 @@ use crate::pipeline::Models;
 pub(super) struct Context {
     /// `--device`.
     pub device: DeviceSpec,
+    /// `--dtype`, when given.
+    pub dtype: Option<Precision>,
     /// `-q`: no progress bars or summaries.
     pub quiet: bool,
     /// Hub access (`HF_HUB_OFFLINE`, progress bars).
@@ -26,7 +28,7 @@ pub(super) struct Context {
 
 impl Context {
     /// Reads `HF_HUB_OFFLINE` from the environment.
-    pub fn new(device: DeviceSpec, quiet: bool) -> Self {
+    pub fn new(device: DeviceSpec, dtype: Option<Precision>, quiet: bool) -> Self {
         let offline = std::env::var("HF_HUB_OFFLINE")
             .map(|v| {
                 matches!(
@@ -37,6 +39,7 @@ impl Context {
             .unwrap_or(false);
         Self {
             device,
+            dtype,
             quiet,
             hub: HubOptions {
                 offline,
@@ -48,6 +51,11 @@ impl Context {
     /// Opens the compute device.
     pub fn open_device(&self) -> anyhow::Result<Device> {
         Ok(self.device.open()?)
+    }
+
+    /// The frozen networks' weight dtype on `device`: `--dtype`, else the device's default.
+    pub fn precision(&self, device: &Device) -> Precision {
+        self.dtype.unwrap_or_else(|| Precision::default_for(device))
     }
 
     /// A local folder holding the files of `spec` (downloaded unless offline).
@@ -63,12 +71,13 @@ impl Context {
         let clip = self
             .resolve(&m.clip, ModelKind::Clip)
             .with_context(|| format!("resolving --clip {}", m.clip))?;
-        let mut models = Models::load(&shap_e, &clip, device)?;
+        let precision = self.precision(device);
+        let mut models = Models::load_with_precision(&shap_e, &clip, device, precision)?;
         if let Some(spec) = &m.eval_clip {
             let dir = self
                 .resolve(spec, ModelKind::Clip)
                 .with_context(|| format!("resolving --eval-clip {spec}"))?;
-            let scorer = ClipScorer::load(&dir, device)
+            let scorer = ClipScorer::load_with_dtype(&dir, precision.dtype(), device)
                 .with_context(|| format!("loading the held-out CLIP in {}", dir.display()))?;
             models.held_out = Some(scorer);
         }

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use candle_core::DType;
 use clap::Args as ClapArgs;
 
 use super::args::ModelArgs;
@@ -38,7 +37,7 @@ impl Export {
         let device = cx.open_device()?;
         let z = load_latent(&self.latent, &device)?;
         let dir = cx.resolve(&self.models.model, ModelKind::ShapE)?;
-        let shap_e = ShapE::load(&dir, DType::F32, &device)
+        let shap_e = ShapE::load(&dir, cx.precision(&device).dtype(), &device)
             .with_context(|| format!("loading {}", dir.display()))?;
         let out = self
             .out

@@ -15,6 +15,7 @@ mod generate;
 mod info;
 mod preview;
 mod progress;
+mod random_models;
 mod sample;
 mod train_toy;
 
@@ -22,7 +23,7 @@ use std::process::ExitCode;
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
 
-use crate::device::DeviceSpec;
+use crate::device::{DeviceSpec, Precision};
 use context::Context;
 
 /// Exit code: everything succeeded.
@@ -47,6 +48,10 @@ pub struct Args {
     /// Compute device: cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
     #[arg(long, global = true, default_value = "cpu")]
     device: DeviceSpec,
+    /// Dtype of the frozen networks' matrix weights: f32, bf16 or f16 [default: bf16 on CUDA,
+    /// f32 on the CPU]; norms, softmax, loss, compositing, the latent and Adam stay f32.
+    #[arg(long, global = true)]
+    dtype: Option<Precision>,
     #[command(subcommand)]
     command: Command,
 }
@@ -83,6 +88,8 @@ enum Command {
     Download(download::Download),
     /// Render a run (or a mesh file) in Blender: vertex-colour material, camera, soft light, still or turntable.
     Preview(preview::Preview),
+    /// Write random-weight Shap-E and CLIP folders at published sizes (GPU timing and memory checks).
+    RandomModels(random_models::RandomModels),
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
@@ -104,7 +111,7 @@ pub fn init_tracing(args: &Args) {
 
 /// Runs the parsed command and returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cx = Context::new(args.device, args.log.quiet);
+    let cx = Context::new(args.device, args.dtype, args.log.quiet);
     match args.command {
         Command::Generate(c) => c.run(&cx),
         Command::Batch(c) => c.run(&cx),
@@ -115,5 +122,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Info(c) => c.run(&cx),
         Command::Download(c) => c.run(&cx),
         Command::Preview(c) => c.run(&cx),
+        Command::RandomModels(c) => c.run(&cx),
     }
 }

@@ -18,8 +18,18 @@ fn open_weights(dir: &Path) -> Result<WeightFile, LoadError> {
     WeightFile::open(&find_weights(dir, &TRANSFORMERS_WEIGHTS)?)
 }
 
-/// Loads a full CLIP (`CLIPModel`: text + vision) from `dir`.
+/// Loads a full CLIP (`CLIPModel`: text + vision) from `dir`, in f32.
 pub fn load_clip(dir: &Path, device: &Device) -> Result<ClipModel, LoadError> {
+    load_clip_with_dtype(dir, DType::F32, device)
+}
+
+/// Loads a full CLIP with its matrix weights in `dtype` (bf16/f16: mixed precision, see
+/// [`crate::autodiff::nn`]; norms, embeddings and activations stay f32).
+pub fn load_clip_with_dtype(
+    dir: &Path,
+    dtype: DType,
+    device: &Device,
+) -> Result<ClipModel, LoadError> {
     let (path, config) = read_config(dir)?;
     let ConfigFile::Full(cfg) = config else {
         return Err(LoadError::WrongModel {
@@ -30,7 +40,7 @@ pub fn load_clip(dir: &Path, device: &Device) -> Result<ClipModel, LoadError> {
     };
     let weights = open_weights(dir)?;
     Ok(weights
-        .build(DType::F32, device, |vb| ClipModel::new(vb, &cfg))?
+        .build(dtype, device, |vb| ClipModel::new(vb, &cfg))?
         .model)
 }
 
@@ -41,11 +51,20 @@ pub fn load_text_with_projection(
     dir: &Path,
     device: &Device,
 ) -> Result<ClipTextModelWithProjection, LoadError> {
+    load_text_with_projection_with_dtype(dir, DType::F32, device)
+}
+
+/// [`load_text_with_projection`] with the matrix weights in `dtype`.
+pub fn load_text_with_projection_with_dtype(
+    dir: &Path,
+    dtype: DType,
+    device: &Device,
+) -> Result<ClipTextModelWithProjection, LoadError> {
     let (_, config) = read_config(dir)?;
     let (cfg, projection_dim) = text_config(config);
     let weights = open_weights(dir)?;
     Ok(weights
-        .build(DType::F32, device, |vb| {
+        .build(dtype, device, |vb| {
             ClipTextModelWithProjection::new(vb, &cfg, projection_dim)
         })?
         .model)

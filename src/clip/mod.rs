@@ -25,7 +25,10 @@ pub mod vision;
 pub use config::{Activation, ClipConfig, ClipTextConfig, ClipVisionConfig, ConfigFile};
 pub use describe::describe;
 pub use error::{LoadError, TokenizeError};
-pub use load::{load_clip, load_text_with_projection};
+pub use load::{
+    load_clip, load_clip_with_dtype, load_text_with_projection,
+    load_text_with_projection_with_dtype,
+};
 pub use model::ClipModel;
 pub use preprocess::{preprocess, OPENAI_MEAN, OPENAI_STD};
 pub use scorer::ClipScorer;

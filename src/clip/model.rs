@@ -33,7 +33,7 @@ impl ClipModel {
                 &cfg.vision_config,
                 cfg.projection_dim,
             )?,
-            logit_scale: vb.get((), "logit_scale")?,
+            logit_scale: crate::autodiff::nn::param(&vb, (), "logit_scale")?,
             config: cfg.clone(),
         })
     }

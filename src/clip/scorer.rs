@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use candle_core::{Device, Result, Tensor, D};
+use candle_core::{DType, Device, Result, Tensor, D};
 
 use super::error::{LoadError, TokenizeError};
-use super::load::load_clip;
+use super::load::load_clip_with_dtype;
 use super::model::ClipModel;
 use super::preprocess::preprocess;
 use super::tokenizer::ClipTokenizer;
@@ -26,9 +26,19 @@ impl ClipScorer {
         Self { model, tokenizer }
     }
 
-    /// Loads model and tokenizer from a CLIP directory (see [`load_clip`]).
+    /// Loads model and tokenizer from a CLIP directory (see [`super::load_clip`]), in f32.
     pub fn load(dir: &Path, device: &Device) -> std::result::Result<Self, LoadError> {
-        let model = load_clip(dir, device)?;
+        Self::load_with_dtype(dir, DType::F32, device)
+    }
+
+    /// Loads model and tokenizer with the model's matrix weights in `dtype`
+    /// (see [`load_clip_with_dtype`]).
+    pub fn load_with_dtype(
+        dir: &Path,
+        dtype: DType,
+        device: &Device,
+    ) -> std::result::Result<Self, LoadError> {
+        let model = load_clip_with_dtype(dir, dtype, device)?;
         let context = model.config().text_config.max_position_embeddings;
         Ok(Self::new(model, ClipTokenizer::from_dir(dir, context)?))
     }

@@ -8,7 +8,7 @@ use candle_nn::VarBuilder;
 use super::config::ClipTextConfig;
 use super::transformer::{causal_mask, Encoder};
 use crate::autodiff::checkpoint::Policy;
-use crate::autodiff::nn::{layer_norm, linear_no_bias, LayerNorm, Linear};
+use crate::autodiff::nn::{layer_norm, linear_no_bias, param, LayerNorm, Linear};
 
 /// The legacy `eos_token_id` of checkpoints saved before transformers PR #24773; with it the
 /// pooled token is the one with the highest id.
@@ -26,12 +26,12 @@ impl TextEmbeddings {
     pub fn new(vb: VarBuilder, cfg: &ClipTextConfig) -> Result<Self> {
         let d = cfg.hidden_size;
         Ok(Self {
-            token_embedding: vb
-                .pp("token_embedding")
-                .get((cfg.vocab_size, d), "weight")?,
-            position_embedding: vb
-                .pp("position_embedding")
-                .get((cfg.max_position_embeddings, d), "weight")?,
+            token_embedding: param(&vb.pp("token_embedding"), (cfg.vocab_size, d), "weight")?,
+            position_embedding: param(
+                &vb.pp("position_embedding"),
+                (cfg.max_position_embeddings, d),
+                "weight",
+            )?,
         })
     }
 

@@ -12,7 +12,7 @@ use candle_nn::VarBuilder;
 use super::config::ClipVisionConfig;
 use super::transformer::Encoder;
 use crate::autodiff::checkpoint::Policy;
-use crate::autodiff::nn::{layer_norm, linear_no_bias, LayerNorm, Linear};
+use crate::autodiff::nn::{self, layer_norm, linear_no_bias, LayerNorm, Linear};
 
 /// `embeddings`: `class_embedding (hidden)`, `patch_embedding (hidden, channels, p, p)` and
 /// `position_embedding (patches + 1, hidden)`.
@@ -36,13 +36,16 @@ impl VisionEmbeddings {
                 cfg.image_size
             );
         }
-        let conv = vb.pp("patch_embedding").get((d, c, p, p), "weight")?;
+        // The patch conv is a matrix product over flattened patches: a matrix weight.
+        let conv = nn::matrix(&vb.pp("patch_embedding"), (d, c, p, p), "weight")?;
         Ok(Self {
-            class_embedding: vb.get(d, "class_embedding")?,
-            patch_embedding: crate::autodiff::nn::Linear::new(conv.reshape((d, c * p * p))?, None),
-            position_embedding: vb
-                .pp("position_embedding")
-                .get((cfg.num_positions(), d), "weight")?,
+            class_embedding: nn::param(&vb, d, "class_embedding")?,
+            patch_embedding: nn::Linear::new(conv.reshape((d, c * p * p))?, None),
+            position_embedding: nn::param(
+                &vb.pp("position_embedding"),
+                (cfg.num_positions(), d),
+                "weight",
+            )?,
             channels: c,
             image_size: cfg.image_size,
             patch_size: p,

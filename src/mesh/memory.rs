@@ -2,9 +2,15 @@
 
 use candle_core::Device;
 
+use crate::device::memory::{self as device_memory, Trim};
+
 /// Memory in use around an export, as far as it can be measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryReport {
+    /// The device's figures around the cache release ([`device_memory::trim`]): the CUDA pool's
+    /// reserved/used bytes and the driver's free bytes before and after `cuMemPoolTrimTo`; the
+    /// host heap on the CPU.
+    pub trim: Trim,
     /// Live heap bytes of this process, when the counting allocator (`autodiff::memory::CountingAlloc`) is installed.
     pub host_live_bytes: Option<usize>,
     /// Free bytes on the GPU (CUDA builds only).
@@ -26,25 +32,23 @@ impl std::fmt::Display for MemoryReport {
     }
 }
 
-/// Waits for queued device work to finish so that tensors the caller dropped are really freed, then reports memory.
+/// Waits for queued device work to finish so that tensors the caller dropped are really freed,
+/// hands the allocator's unused reserve back to the driver, then reports memory.
 ///
 /// On the CPU this only reads the heap counter. Call it after dropping optimisation state and before
-/// [`super::sample_grid`]. candle's CUDA allocator frees buffers when their last reference drops; synchronising makes
-/// sure pending kernels that still used them have completed.
+/// [`super::sample_grid`]. candle's CUDA allocator returns a dropped buffer to the device's memory
+/// pool, which keeps it reserved; synchronising makes sure pending kernels that still used it have
+/// completed, and trimming the pool ([`device_memory::trim`]) releases the reserve.
 pub fn release_device_caches(device: &Device) -> candle_core::Result<MemoryReport> {
-    let mut report = MemoryReport::default();
-    if !device.is_cpu() {
-        device.synchronize()?;
-    }
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(cuda) = device {
-        let (free, total) = cuda
-            .cuda_stream()
-            .context()
-            .mem_get_info()
-            .map_err(|e| candle_core::Error::Msg(format!("querying CUDA memory: {e:?}")))?;
-        report.device_free_bytes = Some(free);
-        report.device_total_bytes = Some(total);
+    let trim = device_memory::trim(device)?;
+    let mut report = MemoryReport {
+        trim,
+        ..MemoryReport::default()
+    };
+    if let (Some(free), Some(total)) = (trim.after.device_free_bytes, trim.after.device_total_bytes)
+    {
+        report.device_free_bytes = Some(free as usize);
+        report.device_total_bytes = Some(total as usize);
     }
     if crate::autodiff::memory::is_counting() {
         report.host_live_bytes = Some(crate::autodiff::memory::current());

@@ -74,7 +74,7 @@ impl<T: Real> FusedMlp<T> {
     /// not apply (a static tensor tracks a gradient, the dtype is not `T`, the device is not the
     /// CPU, the direction features enter a projected layer, or a head is out of range).
     pub fn of(mlp: &NerstfMlp, heads: &[usize], device: &Device) -> Result<Option<Self>> {
-        if !device.is_cpu() || mlp.dtype() != T::DTYPE {
+        if !device.is_cpu() || mlp.dtype() != T::DTYPE || mlp.weight_dtype() != T::DTYPE {
             return Ok(None);
         }
         let n_projected = mlp.n_projected();

@@ -14,6 +14,7 @@ use candle_nn::VarBuilder;
 
 use super::config::{RendererConfig, DIRENC_DIM, POSENC_DIM};
 use crate::autodiff::kernels::Real;
+use crate::autodiff::nn;
 use crate::autodiff::ops;
 
 /// Octaves of the position encoding.
@@ -176,11 +177,11 @@ impl NerstfMlp {
                 } else {
                     // Kept whole: a slice copied here would go stale when the weight is a
                     // trained `Var` (toy training updates the variable, not the copy).
-                    Some(l.get((out, inp), "weight")?)
+                    Some(nn::matrix(&l, (out, inp), "weight")?)
                 };
                 Ok(MlpLayer {
                     weight,
-                    bias: l.get(out, "bias")?,
+                    bias: nn::param(&l, out, "bias")?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -220,9 +221,18 @@ impl NerstfMlp {
             .collect()
     }
 
-    /// The dtype of the static weights.
+    /// The dtype of the activations (and of the biases): f32 for a half-precision decoder.
     pub fn dtype(&self) -> DType {
         self.mlp[self.mlp.len() - 1].bias.dtype()
+    }
+
+    /// The dtype the static weights are stored and multiplied in (bf16/f16 under `--dtype`,
+    /// else the same as [`Self::dtype`]).
+    pub fn weight_dtype(&self) -> DType {
+        self.mlp
+            .iter()
+            .find_map(|l| l.weight.as_ref().map(Tensor::dtype))
+            .unwrap_or_else(|| self.dtype())
     }
 
     /// Raw outputs `(B, n, 12)` at `points (B, n, 3)` with `weights` = one `(B, out, in)` tensor

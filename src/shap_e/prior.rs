@@ -13,7 +13,7 @@ use candle_nn::VarBuilder;
 
 use super::config::{Activation, NormType, PriorConfig};
 use crate::autodiff::checkpoint::{run_chain, Block, Policy};
-use crate::autodiff::nn::{layer_norm, linear, LayerNorm, Linear};
+use crate::autodiff::nn::{layer_norm, linear, param, LayerNorm, Linear};
 use crate::autodiff::ops;
 
 const LN_EPS: f64 = 1e-5;
@@ -185,7 +185,11 @@ impl PriorTransformer {
                 "embedding_proj_norm",
             )?,
             embedding_proj: linear(cfg.embedding_proj_dim(), d, vb.pp("embedding_proj"))?,
-            positional_embedding: vb.get((1, cfg.positional_rows(), d), "positional_embedding")?,
+            positional_embedding: param(
+                &vb,
+                (1, cfg.positional_rows(), d),
+                "positional_embedding",
+            )?,
             norm_in: norm(cfg.norm_in_type, d, "norm_in")?,
             transformer_blocks: (0..cfg.num_layers)
                 .map(|i| PriorBlock::new(blocks.pp(i.to_string()), cfg))

@@ -117,8 +117,19 @@ pub fn random_frozen<T>(
     dev: &Device,
     build: impl Fn(VarBuilder) -> Result<T>,
 ) -> Result<T> {
+    random_frozen_in(seed, dev, DType::F32, build)
+}
+
+/// [`random_frozen`] with the matrix weights in `dtype` (bf16/f16: mixed precision, see
+/// `autodiff::nn`); the values are drawn in f32 and rounded once.
+pub fn random_frozen_in<T>(
+    seed: u64,
+    dev: &Device,
+    dtype: DType,
+    build: impl Fn(VarBuilder) -> Result<T>,
+) -> Result<T> {
     let tensors = random_tensors(seed, dev, &build)?;
-    build(VarBuilder::from_tensors(tensors, DType::F32, dev))
+    build(VarBuilder::from_tensors(tensors, dtype, dev))
 }
 
 /// Creates every parameter of a model through `build` with random values from `seed`, and saves

@@ -4,10 +4,60 @@
 //! costs a weight-sized dead gradient and a second matmul, and a broadcast bias an activation-sized
 //! one (candle#1241). Here the weight and bias gradients are computed only when they track
 //! (trainable `Var`s or latent-derived weights); for frozen weights backward is one matmul.
+//!
+//! **Mixed precision.** A weight stored in a narrower dtype than the input (bf16/f16 weights, f32
+//! activations; `docs/gpu.md`, "Mixed precision") sets the dtype of the product: the input is cast
+//! to the weight's dtype at the boundary, multiplied there, and the product cast back before the
+//! bias (kept in the input's dtype) is added. Backward does the same with the output gradient, so
+//! every gradient leaves in its operand's own dtype.
 
 use std::sync::Arc;
 
-use candle_core::{Result, Tensor, D};
+use candle_core::{DType, Result, Tensor, D};
+
+/// Where f16 gradients are scaled to: their largest magnitude lands at 2⁸, leaving the
+/// products headroom below f16's 65504 and room above its smallest subnormal (6·10⁻⁸).
+const F16_GRAD_TARGET: f64 = 256.0;
+
+/// The output gradient `g` in the weight's dtype, with the factor to divide the product by.
+///
+/// f16 has 5 exponent bits, so the tiny gradients of a guidance loss (10⁻⁸ and below) would flush
+/// to zero (measured: an all-zero latent gradient on the tests' model). In f16 `g` is scaled by
+/// `2⁸ / max|g|` first (computed on the device, no synchronisation) and the product unscaled in the
+/// input's dtype: per-op dynamic loss scaling. bf16 has f32's exponent range and needs none.
+fn grad_in(g: &Tensor, dtype: DType) -> Result<(Tensor, Option<Tensor>)> {
+    if dtype != DType::F16 {
+        return Ok((cast(g, dtype)?, None));
+    }
+    let max = g
+        .abs()?
+        .max_keepdim(D::Minus1)?
+        .flatten_all()?
+        .max_keepdim(0)?;
+    let scale = (max.to_dtype(DType::F32)?.maximum(1e-30)?.recip()? * F16_GRAD_TARGET)?;
+    let scaled = g.broadcast_mul(&scale.reshape(vec![1; g.rank()])?)?;
+    Ok((scaled.to_dtype(dtype)?, Some(scale)))
+}
+
+/// The product `p` of a scaled gradient back in `dtype`, unscaled.
+fn grad_out(p: &Tensor, scale: &Option<Tensor>, dtype: DType) -> Result<Tensor> {
+    match scale {
+        Some(s) => p
+            .to_dtype(DType::F32)?
+            .broadcast_div(&s.reshape(vec![1; p.rank()])?)?
+            .to_dtype(dtype),
+        None => cast(p, dtype),
+    }
+}
+
+/// `a` in `dtype` (a no-op when it already is).
+fn cast(a: &Tensor, dtype: DType) -> Result<Tensor> {
+    if a.dtype() == dtype {
+        Ok(a.clone())
+    } else {
+        a.to_dtype(dtype)
+    }
+}
 
 use crate::autodiff::vjp::{attach, Vjp};
 
@@ -24,8 +74,8 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
         );
     }
     out_shape[last] = out_dim;
-    let x2 = x.detach().reshape(((), in_dim))?;
-    let mut y = x2.matmul(&w.detach().t()?)?;
+    let x2 = cast(&x.detach().reshape(((), in_dim))?, w.dtype())?;
+    let mut y = cast(&x2.matmul(&w.detach().t()?)?, x.dtype())?;
     if let Some(b) = b {
         y = y.broadcast_add(&b.detach())?;
     }
@@ -39,13 +89,15 @@ fn linear_backward(v: &Vjp) -> Result<Vec<Option<Tensor>>> {
     let (x, w) = (&v.inputs[0], &v.inputs[1]);
     let (out_dim, in_dim) = w.dims2()?;
     let g = v.grad.reshape(((), out_dim))?;
+    let (gw, scale) = grad_in(&g, w.dtype())?;
     let dx = if v.needs(0) {
-        Some(g.matmul(w)?.reshape(x.shape())?)
+        Some(grad_out(&gw.matmul(w)?, &scale, x.dtype())?.reshape(x.shape())?)
     } else {
         None
     };
     let dw = if v.needs(1) {
-        Some(g.t()?.matmul(&x.reshape(((), in_dim))?)?)
+        let x2 = cast(&x.reshape(((), in_dim))?, w.dtype())?;
+        Some(grad_out(&gw.t()?.matmul(&x2)?, &scale, w.dtype())?)
     } else {
         None
     };
@@ -59,7 +111,8 @@ fn linear_backward(v: &Vjp) -> Result<Vec<Option<Tensor>>> {
 /// Per-item linear maps: `y[i] = x[i]·w[i]ᵀ (+ b[i])` for `x (B, n, in)`, `w (B, out, in)`,
 /// `b (B, out)`; used when the weights themselves are computed from a latent.
 pub fn batched_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let mut y = x.detach().matmul(&w.detach().transpose(1, 2)?)?;
+    let xw = cast(&x.detach(), w.dtype())?;
+    let mut y = cast(&xw.matmul(&w.detach().transpose(1, 2)?)?, x.dtype())?;
     if let Some(b) = b {
         y = y.broadcast_add(&b.detach().unsqueeze(1)?)?;
     }
@@ -71,9 +124,15 @@ pub fn batched_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tens
         &inputs,
         Arc::new(|v: &Vjp| {
             let (x, w, g) = (&v.inputs[0], &v.inputs[1], v.grad);
-            let dx = if v.needs(0) { Some(g.matmul(w)?) } else { None };
+            let (gw, scale) = grad_in(g, w.dtype())?;
+            let dx = if v.needs(0) {
+                Some(grad_out(&gw.matmul(w)?, &scale, x.dtype())?)
+            } else {
+                None
+            };
             let dw = if v.needs(1) {
-                Some(g.transpose(1, 2)?.matmul(x)?)
+                let p = gw.transpose(1, 2)?.matmul(&cast(x, w.dtype())?)?;
+                Some(grad_out(&p, &scale, w.dtype())?)
             } else {
                 None
             };
@@ -94,7 +153,7 @@ pub fn batched_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tens
 mod tests {
     use super::*;
     use crate::autodiff::ops::testing::{check_grad, randn};
-    use candle_core::{Device, Var};
+    use candle_core::{DType, Device, Var};
 
     #[test]
     fn matches_plain_matmul() -> Result<()> {
@@ -128,6 +187,45 @@ mod tests {
             randn(&[2, 5], 9, &dev)?,
         );
         check_grad(&[x, w, b], |t| batched_linear(&t[0], &t[1], Some(&t[2])))
+    }
+
+    /// bf16 and f16 weights with f32 activations: the product is within the half type's rounding
+    /// of the f32 one (relative ~2⁻⁸ for bf16, ~2⁻¹¹ for f16, summed over 64 terms), the output
+    /// and the input gradient stay f32, and the frozen weight gets no gradient.
+    #[test]
+    fn half_weights_keep_f32_activations() -> Result<()> {
+        let dev = Device::Cpu;
+        let (x, w, b) = (
+            randn(&[3, 7, 64], 11, &dev)?,
+            randn(&[16, 64], 12, &dev)?,
+            randn(&[16], 13, &dev)?,
+        );
+        let exact = linear(&x, &w, Some(&b))?;
+        let scale = exact.abs()?.max_all()?.to_scalar::<f32>()?;
+        for (dtype, tol) in [(DType::BF16, 0.03), (DType::F16, 0.005)] {
+            let xv = Var::from_tensor(&x)?;
+            let y = linear(xv.as_tensor(), &w.to_dtype(dtype)?, Some(&b))?;
+            assert_eq!(y.dtype(), DType::F32);
+            let err = (&y - &exact)?.abs()?.max_all()?.to_scalar::<f32>()? / scale;
+            assert!(err < tol, "{dtype:?}: relative error {err}");
+            assert!(
+                err > 0.0,
+                "{dtype:?}: the product was not computed in {dtype:?}"
+            );
+            let grads = y.sum_all()?.backward()?;
+            let g = grads.get(&xv).expect("x gets a gradient");
+            assert_eq!(g.dtype(), DType::F32);
+            assert_eq!(grads.get_ids().count(), 1);
+            let yb = batched_linear(
+                xv.as_tensor(),
+                &w.to_dtype(dtype)?.unsqueeze(0)?.repeat((3, 1, 1))?,
+                None,
+            )?;
+            let plain = linear(&x, &w, None)?;
+            let err = (yb - plain)?.abs()?.max_all()?.to_scalar::<f32>()? / scale;
+            assert!(err < tol, "{dtype:?} batched: relative error {err}");
+        }
+        Ok(())
     }
 
     /// With a frozen weight, backward returns the input gradient and stores nothing for the weight.

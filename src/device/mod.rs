@@ -1,10 +1,14 @@
 //! Device selection: `--device cpu|cuda|cuda:N` parsed into a [`DeviceSpec`] and opened as a candle
-//! [`Device`]. The library never assumes the CPU: every tensor is created on the device it is given.
+//! [`Device`]; `--dtype f32|bf16|f16` parsed into a [`Precision`]; per-device memory accounting in
+//! [`memory`]. The library never assumes the CPU: every tensor is created on the device it is given.
+
+pub mod memory;
 
 use std::fmt;
 use std::str::FromStr;
 
-use candle_core::Device;
+use candle_core::{DType, Device};
+use serde::Serialize;
 
 /// Which compute device to run on, as typed on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,9 +77,85 @@ impl DeviceSpec {
     }
 }
 
+/// The dtype the frozen networks' matrix weights are stored and multiplied in (`--dtype`).
+///
+/// Only the weights of frozen linear maps (CLIP towers, the prior, the decoder's projection and
+/// static MLP layers, the patch embedding) take it; layer norms, softmax, biases, embeddings, the
+/// loss, compositing, every accumulation, the latent and Adam's state stay f32
+/// (`docs/gpu.md`, "Mixed precision").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// 32-bit floats throughout.
+    F32,
+    /// bfloat16 weights (8-bit exponent, 8-bit mantissa): f32's range, tensor-core speed.
+    Bf16,
+    /// IEEE half weights (5-bit exponent, 11-bit mantissa): finer, but overflows above 65504.
+    F16,
+}
+
+impl Precision {
+    /// The default for a device: bf16 on CUDA, f32 elsewhere (CPU half matmuls are slow).
+    pub fn default_for(device: &Device) -> Self {
+        if device.is_cuda() {
+            Self::Bf16
+        } else {
+            Self::F32
+        }
+    }
+
+    /// The candle dtype of the weights.
+    pub fn dtype(self) -> DType {
+        match self {
+            Self::F32 => DType::F32,
+            Self::Bf16 => DType::BF16,
+            Self::F16 => DType::F16,
+        }
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => Ok(Self::F32),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            "f16" | "fp16" | "float16" | "half" => Ok(Self::F16),
+            _ => Err(format!("invalid dtype '{s}': expected f32, bf16 or f16")),
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+            Self::F16 => "f16",
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_precisions() {
+        assert_eq!("bf16".parse(), Ok(Precision::Bf16));
+        assert_eq!("FP16".parse(), Ok(Precision::F16));
+        assert_eq!(" f32".parse(), Ok(Precision::F32));
+        for bad in ["", "f64", "int8", "bf"] {
+            assert!(
+                bad.parse::<Precision>().is_err(),
+                "{bad} should be rejected"
+            );
+        }
+        assert_eq!(Precision::default_for(&Device::Cpu), Precision::F32);
+        assert_eq!(Precision::Bf16.to_string(), "bf16");
+        assert_eq!(Precision::F16.dtype(), DType::F16);
+    }
 
     #[test]
     fn parses_device_specs() {

@@ -1,0 +1,136 @@
+//! What the device-generic benches share: the device, dtype and workload size chosen by the
+//! environment, and a timer that synchronises the device and reads the memory meters.
+//!
+//! - `CLIPSCULPT_DEVICE=cpu|cuda|cuda:N` (default cpu; cuda needs `--features cuda`)
+//! - `CLIPSCULPT_DTYPE=f32|bf16|f16` (the frozen weights' dtype; default bf16 on CUDA, f32 on CPU)
+//! - `CLIPSCULPT_BENCH_SIZE=cpu|gpu|tiny` (default cpu: the sizes the tables in the README were
+//!   measured with; gpu: GPU-sized workloads; tiny: a seconds-long smoke run)
+#![allow(dead_code)]
+
+use std::time::Instant;
+
+use candle_core::{DType, Device, Result};
+use clipsculpt::autodiff::memory::PeakMeter;
+use clipsculpt::device::memory as device_memory;
+use clipsculpt::device::{DeviceSpec, Precision};
+
+/// The workload size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// The CPU workloads (the README's tables).
+    Cpu,
+    /// GPU-sized workloads.
+    Gpu,
+    /// A smoke run that finishes in seconds on a CPU.
+    Tiny,
+}
+
+/// The bench's device, weight dtype and size.
+pub struct BenchEnv {
+    /// The device every tensor is made on.
+    pub device: Device,
+    /// The frozen weights' dtype.
+    pub precision: Precision,
+    /// The workload size.
+    pub size: Size,
+}
+
+fn var(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn bad(msg: String) -> candle_core::Error {
+    candle_core::Error::Msg(msg)
+}
+
+impl BenchEnv {
+    /// Reads `CLIPSCULPT_DEVICE`, `CLIPSCULPT_DTYPE` and `CLIPSCULPT_BENCH_SIZE`.
+    pub fn from_env() -> Result<Self> {
+        let spec: DeviceSpec = match var("CLIPSCULPT_DEVICE") {
+            Some(v) => v
+                .parse()
+                .map_err(|e| bad(format!("CLIPSCULPT_DEVICE: {e}")))?,
+            None => DeviceSpec::Cpu,
+        };
+        let device = spec.open()?;
+        let precision = match var("CLIPSCULPT_DTYPE") {
+            Some(v) => v
+                .parse()
+                .map_err(|e| bad(format!("CLIPSCULPT_DTYPE: {e}")))?,
+            None => Precision::default_for(&device),
+        };
+        let size = match var("CLIPSCULPT_BENCH_SIZE").as_deref() {
+            None | Some("cpu") => Size::Cpu,
+            Some("gpu") => Size::Gpu,
+            Some("tiny") => Size::Tiny,
+            Some(other) => {
+                return Err(bad(format!(
+                    "CLIPSCULPT_BENCH_SIZE={other}: use cpu, gpu or tiny"
+                )))
+            }
+        };
+        Ok(Self {
+            device,
+            precision,
+            size,
+        })
+    }
+
+    /// The weights' dtype.
+    pub fn dtype(&self) -> DType {
+        self.precision.dtype()
+    }
+
+    /// One line naming the device, dtype, size and memory meter.
+    pub fn describe(&self) -> Result<String> {
+        Ok(format!(
+            "device {}, weights {}, size {:?}, memory meter {:?}",
+            device_memory::device_label(&self.device)?,
+            self.precision,
+            self.size,
+            device_memory::meter(&self.device)
+        ))
+    }
+
+    /// Starts a timed, metered span: synchronises, resets the device's high-water mark and the
+    /// host heap meter, starts the clock.
+    pub fn start(&self) -> Result<Span> {
+        device_memory::synchronize(&self.device)?;
+        device_memory::reset_peak(&self.device)?;
+        let host = PeakMeter::start();
+        Ok(Span {
+            host,
+            t: Instant::now(),
+        })
+    }
+}
+
+/// A timed, metered span ([`BenchEnv::start`]).
+pub struct Span {
+    host: PeakMeter,
+    t: Instant,
+}
+
+/// What a span measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    /// Wall seconds, the device synchronised at both ends.
+    pub seconds: f64,
+    /// Peak host heap bytes above the span's start.
+    pub host_peak: usize,
+    /// The device's high-water mark (absolute: weights included). On the CPU the host heap's.
+    pub device_peak: u64,
+}
+
+impl Span {
+    /// Synchronises the device, stops the clock and reads the meters.
+    pub fn finish(self, env: &BenchEnv) -> Result<Measured> {
+        device_memory::synchronize(&env.device)?;
+        let seconds = self.t.elapsed().as_secs_f64();
+        Ok(Measured {
+            seconds,
+            host_peak: self.host.peak_above_base(),
+            device_peak: device_memory::peak_bytes(&env.device)?,
+        })
+    }
+}

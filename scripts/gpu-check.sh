@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# The first check of a CUDA build on a GPU machine (no Rust, no network needed): runs from an
+# unpacked `scripts/build-cuda.sh --dist` archive. See docs/gpu.md.
+set -uo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: gpu-check.sh [--quick] [--out DIR] [--budget SECONDS]
+
+Runs the prebuilt CUDA binary and benches of an unpacked dist archive
+(clipsculpt-cuda-smNN/{bin,lib,scripts}) and prints one markdown table:
+  (a) the embedded toy default on the GPU (f32 and bf16) and on the CPU (f32): CLIP cosines,
+      mesh statistics, seconds and peak memory from each report.json;
+  (b) the benches (guide, clip, render, checkpoint) on the GPU, unchecked vs checkpointed and
+      f32 vs bf16;
+  (c) random-weight models of published sizes (Shap-E prior 24 x 1024, decoder 256 wide,
+      CLIP ViT-B/16 geometry) through `generate` with --checkpoint none vs blocks.
+
+  --quick           only (a) on the GPU in bf16 and one guide bench (a smoke test, ~1 min)
+  --out DIR         where runs and logs go (default: a new temporary folder)
+  --budget SECONDS  stop starting new steps after this many seconds (default 420)
+  -h, --help        this text
+
+Needs: the NVIDIA driver (nvidia-smi, libcuda.so.1), python3, and the CUDA 13 runtime
+libraries of a PyTorch cu13 install (found through python3, else `find`); libcurand ships in the
+archive's lib/. Exit codes: 0 all steps ran, 1 some step failed or was skipped, 2 usage or setup.
+EOF
+}
+
+die_usage() { echo "gpu-check.sh: $1 (see --help)" >&2; exit 2; }
+
+QUICK=0
+OUT=""
+BUDGET=420
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --quick) QUICK=1 ;;
+    --out) [ $# -ge 2 ] && [ -n "$2" ] || die_usage "--out needs a directory"; OUT=$2; shift ;;
+    --budget)
+      [ $# -ge 2 ] || die_usage "--budget needs a number of seconds"
+      case "$2" in '' | *[!0-9]*) die_usage "--budget needs a number of seconds, got '$2'" ;; esac
+      BUDGET=$2; shift ;;
+    -*) die_usage "unknown option '$1'" ;;
+    *) die_usage "unexpected argument '$1'" ;;
+  esac
+  shift
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN="$ROOT/bin"
+if [ ! -x "$BIN/clipsculpt" ]; then
+  echo "gpu-check.sh: no $BIN/clipsculpt: run this from an unpacked build-cuda.sh --dist archive" >&2
+  exit 2
+fi
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT" || die_usage "cannot create --out $OUT"
+LOG="$OUT/gpu-check.log"
+: >"$LOG"
+
+# Runtime libraries: the archive's libcurand plus the CUDA 13 libraries of a PyTorch cu13 install.
+CU13=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)
+if [ -z "$CU13" ] || [ ! -e "$CU13/libcublas.so.13" ]; then
+  CU13=$(dirname "$(find / -name libcublas.so.13 -path '*cu13*' 2>/dev/null | head -1)" 2>/dev/null)
+fi
+export LD_LIBRARY_PATH="$ROOT/lib${CU13:+:$CU13}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ldd "$BIN/clipsculpt" | grep -q 'not found'; then
+  echo "gpu-check.sh: unresolved libraries (LD_LIBRARY_PATH=$LD_LIBRARY_PATH):" >&2
+  ldd "$BIN/clipsculpt" | grep 'not found' >&2
+  exit 2
+fi
+
+START=$SECONDS
+FAILED=0
+declare -a STEPS=()
+left() { echo $((BUDGET - (SECONDS - START))); }
+# step NAME TIMEOUT CMD...: runs CMD with a time limit, logs it, records its status.
+step() {
+  local name=$1 limit=$2; shift 2
+  if [ "$(left)" -lt 10 ]; then
+    STEPS+=("| $name | skipped (time budget) | |"); FAILED=1; return 1
+  fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
+  local t0=$SECONDS
+  echo "### $name" >>"$LOG"
+  timeout "$limit" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
+  local rc=$?
+  cat "$OUT/$name.out" >>"$LOG"
+  local status=ok
+  if [ $rc -eq 124 ]; then status="timed out after ${limit} s"; FAILED=1
+  elif [ $rc -ne 0 ]; then status="failed (exit $rc): $(tail -1 "$OUT/$name.err")"; FAILED=1; fi
+  STEPS+=("| $name | $status | $((SECONDS - t0)) s |")
+  [ $rc -eq 0 ]
+}
+
+echo "# clipsculpt GPU check ($(cat "$ROOT/COMMIT" 2>/dev/null || echo unknown commit), $(cat "$ROOT/COMPUTE_CAP" 2>/dev/null))"
+echo
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/GPU: /'
+echo
+
+CS="$BIN/clipsculpt"
+GEN=(generate "a red cube" --formats glb,ply --preview-size 64)
+# (a) The embedded toy default: GPU f32, GPU bf16, CPU f32.
+step toy-gpu-bf16 120 "$CS" -q --device cuda --dtype bf16 "${GEN[@]}" --out "$OUT/toy-gpu-bf16"
+if [ "$QUICK" = 0 ]; then
+  step toy-gpu-f32 120 "$CS" -q --device cuda --dtype f32 "${GEN[@]}" --out "$OUT/toy-gpu-f32"
+  step toy-cpu-f32 150 "$CS" -q --device cpu --dtype f32 "${GEN[@]}" --out "$OUT/toy-cpu-f32"
+fi
+
+# (b) Benches on the GPU.
+bench() {  # bench NAME BINARY DTYPE [VAR=VALUE...]
+  local name=$1 b=$2 dt=$3; shift 3
+  step "$name" 60 env CLIPSCULPT_DEVICE=cuda CLIPSCULPT_DTYPE="$dt" CLIPSCULPT_BENCH_SIZE=gpu "$@" "$BIN/bench-$b"
+}
+bench bench-guide-64-bf16 guide bf16 GUIDE_BENCH_RES=64 GUIDE_BENCH_VIEWS=1 GUIDE_BENCH_CKPT=both
+if [ "$QUICK" = 0 ]; then
+  bench bench-guide-64-f32 guide f32 GUIDE_BENCH_RES=64 GUIDE_BENCH_VIEWS=1 GUIDE_BENCH_CKPT=both
+  bench bench-guide-gpu-bf16 guide bf16
+  bench bench-guide-gpu-f32 guide f32
+  bench bench-clip-bf16 clip bf16
+  bench bench-clip-f32 clip f32
+  bench bench-render-bf16 render bf16
+  bench bench-checkpoint-bf16 checkpoint bf16
+fi
+
+# (c) Random-weight models of published sizes, --checkpoint none vs blocks.
+if [ "$QUICK" = 0 ]; then
+  if step random-models 90 "$CS" -q random-models "$OUT/published" --preset published; then
+    BIG=(generate "a red cube" --model "$OUT/published/shap_e" --clip "$OUT/published/clip"
+         --steps 5 --views 2 --resolution 64 --prior-steps 16 --grid 64 --formats glb
+         --preview-size 32 --eval-every 0 --explore 0)
+    step published-blocks 120 "$CS" -q --device cuda "${BIG[@]}" --checkpoint blocks --out "$OUT/published-blocks"
+    step published-none 120 "$CS" -q --device cuda "${BIG[@]}" --checkpoint none --out "$OUT/published-none"
+  fi
+fi
+
+# (d) One markdown table from the reports, then the bench tables and the step log.
+echo "## Runs (report.json)"
+echo
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+mib = lambda b: "" if b is None else f"{b / 2**20:.0f}"
+rows = []
+for name in ["toy-cpu-f32", "toy-gpu-f32", "toy-gpu-bf16", "published-none", "published-blocks"]:
+    p = os.path.join(out, name, "report.json")
+    if not os.path.isfile(p):
+        continue
+    r = json.load(open(p))
+    m, mem, s = r["mesh"], r["memory"], r["settings"]
+    rel = mem["export_release"]
+    rows.append([name, mem["device"], mem["dtype"], str(s.get("clip_policy", "")),
+                 f'{r["cosine_before"]:.4f} → {r["cosine_after"]:.4f}',
+                 f'{m["vertices"]}/{m["faces"]}', f'{m["signed_volume"]:.4f}',
+                 f'{r["seconds"]["optimizing"]:.2f}', f'{r["seconds"]["total"]:.2f}',
+                 mib(mem["peak_bytes"]["optimizing"]), mib(mem["peak_bytes"]["export"]),
+                 f'{mib(rel["before"]["reserved_bytes"])} → {mib(rel["after"]["reserved_bytes"])}'])
+head = ["run", "device", "dtype", "CLIP policy", "cosine before → after", "vertices/faces",
+        "volume", "optimize s", "total s", "peak optimize MiB", "peak export MiB",
+        "reserved MiB before → after trim"]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for row in rows:
+    print("| " + " | ".join(row) + " |")
+ref = {}
+for name in ["toy-cpu-f32", "toy-gpu-f32", "toy-gpu-bf16"]:
+    p = os.path.join(out, name, "report.json")
+    if os.path.isfile(p):
+        ref[name] = json.load(open(p))
+if "toy-cpu-f32" in ref:
+    c = ref["toy-cpu-f32"]
+    print()
+    for name in ["toy-gpu-f32", "toy-gpu-bf16"]:
+        if name in ref:
+            g = ref[name]
+            print(f'- {name} vs CPU f32: |Δ cosine after| = {abs(g["cosine_after"] - c["cosine_after"]):.2e}, '
+                  f'|Δ score after| = {abs(g["score_after"] - c["score_after"]):.2e}, '
+                  f'vertices {g["mesh"]["vertices"]} vs {c["mesh"]["vertices"]}, '
+                  f'volume {g["mesh"]["signed_volume"]:.4f} vs {c["mesh"]["signed_volume"]:.4f}')
+PY
+echo
+echo "## Benches"
+for f in "$OUT"/bench-*.out; do
+  [ -e "$f" ] || continue
+  echo
+  echo "### $(basename "$f" .out)"
+  echo
+  grep -E '^(\||device |## |weights)' "$f"
+done
+echo
+echo "## Steps ($((SECONDS - START)) s; outputs in $OUT)"
+echo
+echo "| step | status | seconds |"
+echo "|---|---|---|"
+printf '%s\n' "${STEPS[@]}"
+exit $FAILED

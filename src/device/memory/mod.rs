@@ -1,0 +1,188 @@
+//! Memory accounting per device: a high-water mark per stage, a snapshot of what is held, and a
+//! cache release before the graph-free export (`docs/gpu.md`, "Memory").
+//!
+//! - **CPU**: the figures are the host heap counter's ([`host::CountingAlloc`]); freed memory goes
+//!   straight back to the allocator, so [`trim`] has nothing to release.
+//! - **CUDA** (`--features cuda`): candle allocates through cudarc with `cuMemAllocAsync`, so a
+//!   freed buffer returns to the device's memory pool and stays reserved there; `cuMemGetInfo`
+//!   then neither falls when tensors are dropped nor shows a stage's peak. The figures come from
+//!   the pool instead (`CU_MEMPOOL_ATTR_USED_MEM_HIGH`, `…_USED_MEM_CURRENT`,
+//!   `…_RESERVED_MEM_CURRENT`), and [`trim`] hands the unused reserve back with
+//!   `cuMemPoolTrimTo(pool, 0)`, the analogue of PyTorch's `torch.cuda.empty_cache()`.
+
+use candle_core::{Device, Result};
+use serde::Serialize;
+
+#[cfg(feature = "cuda")]
+mod cuda;
+pub mod host;
+
+/// What a device's memory figures measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Meter {
+    /// Live host heap bytes (the counting allocator): every CPU tensor plus everything else the
+    /// process allocates. Zero where the allocator is not installed.
+    HostHeap,
+    /// The CUDA device's current memory pool (what `cuMemAllocAsync` draws from).
+    CudaPool,
+    /// `cuMemGetInfo` only: the device does not allocate from a pool (no peak is tracked).
+    CudaDevice,
+}
+
+/// Memory held on a device at one moment, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    /// Bytes the allocator holds: the pool's reservation from the driver (CUDA), the live heap (CPU).
+    pub reserved_bytes: u64,
+    /// Bytes in live allocations (on the CPU the same as `reserved_bytes`).
+    pub used_bytes: u64,
+    /// Free device memory as the driver reports it (`cuMemGetInfo`); `None` on the CPU.
+    pub device_free_bytes: Option<u64>,
+    /// Total device memory; `None` on the CPU.
+    pub device_total_bytes: Option<u64>,
+}
+
+/// Memory before and after a cache release ([`trim`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Trim {
+    /// Before the release (after synchronising the device).
+    pub before: Snapshot,
+    /// After it.
+    pub after: Snapshot,
+}
+
+/// Which meter [`peak_bytes`] and [`snapshot`] read on `device`.
+pub fn meter(device: &Device) -> Meter {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::meter(device),
+        _ => Meter::HostHeap,
+    }
+}
+
+/// The device's name for reports: `cpu`, or the GPU's name with its ordinal and compute
+/// capability (`NVIDIA H200 (cuda:0, sm_90)`).
+pub fn device_label(device: &Device) -> Result<String> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::label(device),
+        _ => Ok(super::device_name(device)),
+    }
+}
+
+/// Waits until the work queued on `device` has finished (a no-op on the CPU). Call it before
+/// reading a clock or a memory figure.
+pub fn synchronize(device: &Device) -> Result<()> {
+    device.synchronize()
+}
+
+/// Starts a stage: the high-water mark is set to what is in use now.
+pub fn reset_peak(device: &Device) -> Result<()> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::reset_peak(device),
+        _ => {
+            host::reset_peak();
+            Ok(())
+        }
+    }
+}
+
+/// The highest bytes in use since the last [`reset_peak`] (absolute, not above the stage's start;
+/// on the CPU 0 when the counting allocator is not installed). Synchronises the device first.
+pub fn peak_bytes(device: &Device) -> Result<u64> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::peak_bytes(device),
+        _ => Ok(host::peak() as u64),
+    }
+}
+
+/// What the device holds now. Synchronises the device first.
+pub fn snapshot(device: &Device) -> Result<Snapshot> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::snapshot(device),
+        _ => {
+            let live = host::current() as u64;
+            Ok(Snapshot {
+                reserved_bytes: live,
+                used_bytes: live,
+                device_free_bytes: None,
+                device_total_bytes: None,
+            })
+        }
+    }
+}
+
+/// Synchronises, then releases the allocator's unused reserve to the driver (CUDA:
+/// `cuMemPoolTrimTo(pool, 0)`; the CPU has no reserve, so before and after differ only by what
+/// other threads did in between). Returns the figures around the release.
+pub fn trim(device: &Device) -> Result<Trim> {
+    synchronize(device)?;
+    let before = snapshot(device)?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(_) = device {
+        cuda::trim(device)?;
+    }
+    let after = snapshot(device)?;
+    Ok(Trim { before, after })
+}
+
+/// Peak bytes per stage, in the order the stages ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StagePeaks(pub Vec<(String, u64)>);
+
+impl StagePeaks {
+    /// Runs `f` as stage `name`: resets the high-water mark, runs, records the peak.
+    pub fn measure<T, E>(
+        &mut self,
+        device: &Device,
+        name: &str,
+        f: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<candle_core::Error>,
+    {
+        reset_peak(device)?;
+        let out = f()?;
+        self.0.push((name.to_string(), peak_bytes(device)?));
+        Ok(out)
+    }
+
+    /// The recorded peak of `name`, if that stage ran.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, b)| *b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU meter is the heap counter: a stage that holds 32 MiB peaks at least that high, and
+    /// the snapshot's used bytes are the live heap.
+    #[test]
+    fn cpu_stage_peak_sees_a_large_allocation() {
+        let dev = Device::Cpu;
+        assert_eq!(meter(&dev), Meter::HostHeap);
+        assert_eq!(device_label(&dev).unwrap(), "cpu");
+        let mut peaks = StagePeaks::default();
+        let base = host::current() as u64;
+        peaks
+            .measure(&dev, "big", || {
+                let v = vec![1u8; 32 << 20];
+                std::hint::black_box(&v);
+                Ok::<_, candle_core::Error>(())
+            })
+            .unwrap();
+        // Other tests allocate and free concurrently, so only assert what they cannot undo.
+        let peak = peaks.get("big").unwrap();
+        assert!(peak >= 32 << 20, "peak {peak}, base {base}");
+        assert!(peaks.get("absent").is_none());
+        let t = trim(&dev).unwrap();
+        assert!(t.before.device_free_bytes.is_none() && t.after.used_bytes > 0);
+        assert_eq!(t.after.reserved_bytes, t.after.used_bytes);
+    }
+}
