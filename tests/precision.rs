@@ -18,6 +18,9 @@ use clipsculpt::toy::random::{
     toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes,
 };
 
+mod common;
+use common::max_abs;
+
 const SIZES: ShapESizes = ShapESizes {
     d_hidden: 16,
     d_latent: 16,
@@ -61,17 +64,6 @@ fn cosine(a: &Tensor, b: &Tensor) -> f32 {
             .sqrt()
     };
     dot / (n(&a) * n(&b))
-}
-
-fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
 }
 
 /// A fixed latent with the spread of prior samples.

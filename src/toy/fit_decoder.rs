@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
 use super::random::random_varmap;
-use super::world::WorldObject;
+use super::world::{Colour, Shape, WorldObject};
 use crate::autodiff::rng::Rng;
 use crate::mesh::colour::linear_to_srgb;
 use crate::shap_e::nerstf::{self, Level};
@@ -41,6 +41,10 @@ pub struct FitSettings {
     /// Adam steps of each refit.
     #[serde(default)]
     pub restart_steps: usize,
+    /// Factorized latents: each object's latent is one code per shape plus one per colour
+    /// (rows renormalised), instead of a free code per object ([`Codes`]).
+    #[serde(default)]
+    pub factorized: bool,
 }
 
 impl Default for FitSettings {
@@ -55,7 +59,100 @@ impl Default for FitSettings {
             seed: 0,
             restarts: 3,
             restart_steps: 300,
+            factorized: false,
         }
+    }
+}
+
+/// The trainable latent codes of a fit and how they make each object's latent.
+enum Codes {
+    /// One free latent per object `(objects, rows, d)`.
+    PerObject(Var),
+    /// A code per shape and per colour `(6, rows, d)` each; an object's latent is the row-
+    /// normalised sum of its shape's and its colour's code. Latents of combinations never seen
+    /// together then still lie on a straight line from every object that shares one factor,
+    /// as an encoder's latent space tends to be smooth, rather than at an unrelated random point.
+    Factorized {
+        shape: Var,
+        colour: Var,
+        /// Per object: (shape index, colour index).
+        index: Vec<(u32, u32)>,
+    },
+}
+
+impl Codes {
+    fn new(
+        objects: &[WorldObject],
+        s: &FitSettings,
+        rows: usize,
+        d: usize,
+        rng: &mut Rng,
+        dev: &Device,
+    ) -> Result<Self> {
+        let mut init = |n: usize| -> Result<Var> {
+            let z = rng.normal_tensor(&[n, rows, d], dev)?;
+            Var::from_tensor(&normalize_rows(&z, s.latent_rms)?)
+        };
+        if !s.factorized {
+            return Ok(Self::PerObject(init(objects.len())?));
+        }
+        let (shape, colour) = (init(Shape::ALL.len())?, init(Colour::ALL.len())?);
+        fn position<T: PartialEq>(all: &[T], x: &T) -> u32 {
+            all.iter().position(|y| y == x).unwrap_or(0) as u32
+        }
+        let index = objects
+            .iter()
+            .map(|o| {
+                (
+                    position(&Shape::ALL, &o.shape),
+                    position(&Colour::ALL, &o.colour),
+                )
+            })
+            .collect();
+        Ok(Self::Factorized {
+            shape,
+            colour,
+            index,
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        match self {
+            Self::PerObject(z) => vec![z.clone()],
+            Self::Factorized { shape, colour, .. } => vec![shape.clone(), colour.clone()],
+        }
+    }
+
+    /// The objects' latents `(objects, rows, d)`, on the graph of the codes.
+    fn latents(&self, rms: f64) -> Result<Tensor> {
+        match self {
+            Self::PerObject(z) => Ok(z.as_tensor().clone()),
+            Self::Factorized {
+                shape,
+                colour,
+                index,
+            } => {
+                let dev = shape.device();
+                let si: Vec<u32> = index.iter().map(|i| i.0).collect();
+                let ci: Vec<u32> = index.iter().map(|i| i.1).collect();
+                let n = si.len();
+                let s = shape
+                    .as_tensor()
+                    .index_select(&Tensor::from_vec(si, n, dev)?, 0)?;
+                let c = colour
+                    .as_tensor()
+                    .index_select(&Tensor::from_vec(ci, n, dev)?, 0)?;
+                normalize_rows(&(s + c)?, rms)
+            }
+        }
+    }
+
+    /// Restores the codes' row RMS after an optimizer step.
+    fn renormalize(&self, rms: f64) -> Result<()> {
+        for v in self.vars() {
+            v.set(&normalize_rows(v.as_tensor(), rms)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -84,12 +181,10 @@ pub fn fit_decoder(
     let varmap = random_varmap(s.seed, dev, |vb| Decoder::new(vb, cfg))?;
     let decoder = Decoder::new(VarBuilder::from_varmap(&varmap, DType::F32, dev), cfg)?;
     let mut rng = Rng::new(s.seed ^ 0x5eed);
-    let n = objects.len();
     let rows = cfg.latent_rows();
-    let init = rng.normal_tensor(&[n, rows, cfg.d_latent], dev)?;
-    let latents = Var::from_tensor(&normalize_rows(&init, s.latent_rms)?)?;
+    let codes = Codes::new(objects, s, rows, cfg.d_latent, &mut rng, dev)?;
     let mut params = varmap.all_vars();
-    params.push(latents.clone());
+    params.extend(codes.vars());
     let mut opt = AdamW::new(
         params,
         ParamsAdamW {
@@ -101,13 +196,21 @@ pub fn fit_decoder(
     let mut losses = Vec::with_capacity(s.steps);
     for step in 0..s.steps {
         let (points, targets) = draw_targets(objects, s, &mut rng, dev)?;
-        let loss = fit_loss(&decoder, latents.as_tensor(), &points, &targets, s)?.mean_all()?;
+        let loss = fit_loss(
+            &decoder,
+            &codes.latents(s.latent_rms)?,
+            &points,
+            &targets,
+            s,
+        )?
+        .mean_all()?;
         let l = loss.to_scalar::<f32>()?;
         losses.push(l);
         opt.backward_step(&loss)?;
         on_step(step, l);
-        latents.set(&normalize_rows(latents.as_tensor(), s.latent_rms)?)?;
+        codes.renormalize(s.latent_rms)?;
     }
+    let latents = Var::from_tensor(&codes.latents(s.latent_rms)?.detach())?;
     let mut refits = Vec::new();
     for _ in 0..s.restarts {
         let bad = collapsed(&decoder, latents.as_tensor(), objects, s, &mut rng, dev)?;
@@ -301,7 +404,6 @@ fn draw_targets(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::toy::world::{Colour, Shape};
 
     /// Scouting run (not a test of behaviour): fit every shape × colour at the embedded default's
     /// size and classify each decoded mesh. `cargo test --release --lib -- --ignored --nocapture fit_all`
@@ -460,13 +562,21 @@ mod tests {
             WorldObject::canonical(Shape::Cube, Colour::Red),
             WorldObject::canonical(Shape::Sphere, Colour::Blue),
         ];
+        for factorized in [false, true] {
+            short_fit(&cfg, &objects, factorized)?;
+        }
+        Ok(())
+    }
+
+    fn short_fit(cfg: &RendererConfig, objects: &[WorldObject], factorized: bool) -> Result<()> {
         let s = FitSettings {
             steps: 40,
             points: 256,
             lr: 1e-2,
+            factorized,
             ..FitSettings::default()
         };
-        let fit = fit_decoder(&cfg, &objects, &s, &Device::Cpu, |_, _| {})?;
+        let fit = fit_decoder(cfg, objects, &s, &Device::Cpu, |_, _| {})?;
         let first: f32 = fit.losses[..5].iter().sum::<f32>() / 5.0;
         let last: f32 = fit.losses[fit.losses.len() - 5..].iter().sum::<f32>() / 5.0;
         assert!(last < 0.7 * first, "loss {first} → {last}");
@@ -484,7 +594,7 @@ mod tests {
                 DType::F32,
                 &Device::Cpu,
             ),
-            &cfg,
+            cfg,
         )?;
         let z = fit.latents.as_tensor().detach();
         let pts = Rng::new(9).uniform_tensor(&[2, 64, 3], &Device::Cpu)?;
