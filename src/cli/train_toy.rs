@@ -28,10 +28,10 @@ pub(super) struct TrainToy {
     /// stages); the manifest records that it was reused.
     #[arg(long)]
     reuse_clip: bool,
-    /// Fit each object's latent as a shape code plus a colour code instead of a free latent per
-    /// object (an experiment; the shipped world uses free latents)
+    /// Fit one free latent per object instead of a shape code plus a colour code (the previous
+    /// world's unstructured latent space)
     #[arg(long)]
-    factorized: bool,
+    per_object_latents: bool,
 }
 
 impl TrainToy {
@@ -44,7 +44,7 @@ impl TrainToy {
             ToyTrainSettings::full(self.seed)
         };
         settings.reuse_clip = self.reuse_clip;
-        settings.decoder.factorized = self.factorized;
+        settings.decoder.factorized = !self.per_object_latents;
         let bar = RefCell::new(spinner(true));
         let log = train_toy(&self.out, &settings, &device, |p| match p {
             TrainProgress::Stage(name, steps) => {

@@ -65,7 +65,7 @@ impl Default for GuideSettings {
     fn default() -> Self {
         Self {
             steps: 30,
-            lr: 0.02,
+            lr: 0.01,
             views: 2,
             resolution: 32,
             samples: (32, 32),
@@ -77,7 +77,7 @@ impl Default for GuideSettings {
             max_bad_steps: 5,
             eval_every: 5,
             eval_resolution: 0,
-            contrast: 1.0,
+            contrast: 10.0,
             explore_top: 0,
             explore_steps: 5,
             switch_margin: 0.05,

@@ -93,9 +93,7 @@ impl ToyTrainSettings {
                 seed: seed + 1,
                 restarts: 3,
                 restart_steps: 300,
-                // The shipped world was fitted with one free latent per object; see the
-                // README's probe of a factorized world (`factorized: true`).
-                factorized: false,
+                factorized: true,
             },
             clip: ClipTrainSettings {
                 steps: 4000,
