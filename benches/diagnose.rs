@@ -80,15 +80,7 @@ fn main() -> Result<()> {
     let caps: Vec<String> = combos.iter().map(|&(s, c)| caption(s, c)).collect();
     let refs: Vec<&str> = caps.iter().map(|s| s.as_str()).collect();
     let texts = models.scorer.embed_texts(&refs)?;
-    let run = RunSettings {
-        seed: 0,
-        prior_steps: 64,
-        guidance_scale: None,
-        guide: GuideSettings::default(),
-        grid: 64,
-        preview_size: 64,
-        formats: vec![],
-    };
+    let run = RunSettings::for_evaluation(GuideSettings::default());
     let points = Rng::new(9)
         .uniform_tensor(&[4096, 3], &dev)?
         .affine(2.0, -1.0)?;

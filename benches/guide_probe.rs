@@ -71,15 +71,7 @@ fn main() -> Result<()> {
         switch_margin: env("SWITCH_MARGIN", d.switch_margin),
         ..d
     };
-    let run = RunSettings {
-        seed: 0,
-        prior_steps: 64,
-        guidance_scale: None,
-        guide: guide.clone(),
-        grid: 64,
-        preview_size: 64,
-        formats: vec![],
-    };
+    let run = RunSettings::for_evaluation(guide.clone());
     println!("{guide:?}");
     let (mut ok_before, mut ok_after, mut n) = (0, 0, 0);
     let t_all = Instant::now();

@@ -309,6 +309,22 @@ pub struct RunSettings {
     pub formats: Vec<Format>,
 }
 
+impl RunSettings {
+    /// Settings for evaluating guidance without writing files: seed 0, 64 prior steps, the
+    /// model's recommended guidance scale, a 64³ mesh grid, 64 px previews, no output formats.
+    pub fn for_evaluation(guide: GuideSettings) -> Self {
+        Self {
+            seed: 0,
+            prior_steps: 64,
+            guidance_scale: None,
+            guide,
+            grid: 64,
+            preview_size: 64,
+            formats: vec![],
+        }
+    }
+}
+
 /// The settings a run used, as `report.json` records them.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReportSettings {

@@ -119,15 +119,7 @@ fn guidance_fixes_a_held_out_shape() {
     use clipsculpt::pipeline::RunSettings;
     let m = models();
     let dev = Device::Cpu;
-    let run = RunSettings {
-        seed: 0,
-        prior_steps: 64,
-        guidance_scale: None,
-        guide: GuideSettings::default(),
-        grid: 64,
-        preview_size: 64,
-        formats: vec![],
-    };
+    let run = RunSettings::for_evaluation(GuideSettings::default());
     let prompt = caption(Shape::Torus, Colour::Black);
     let rng = Rng::new(run.seed);
     let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
