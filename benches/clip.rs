@@ -4,7 +4,9 @@
 //! Prints one markdown row per policy: peak heap bytes above the loaded weights during forward +
 //! backward (counting allocator), seconds, and both ratios to no checkpointing. Run with
 //! `cargo bench --bench clip`; `CLIP_BENCH_REPEATS` (default 1) repeats each policy and keeps the
-//! fastest time and the highest peak.
+//! fastest time and the highest peak. The embeddings come from `image_embeds`, the scorer's path
+//! (the last layer only for the class token); `CLIP_BENCH_FULL_STACK=1` runs the whole
+//! `last_hidden_state` through `forward` instead (same loss and gradient, compare ‖grad‖).
 //!
 //! Device-generic (`benches/common`): `CLIPSCULPT_DEVICE=cuda`, `CLIPSCULPT_DTYPE=bf16`;
 //! `CLIPSCULPT_BENCH_SIZE=gpu` runs the ViT-B/16 and ViT-L/14 geometries on 32 images, `tiny` a
@@ -34,12 +36,17 @@ fn run(
     images: &Tensor,
     target: &Tensor,
     policy: &Policy,
+    full_stack: bool,
 ) -> Result<(usize, f64, u64, f32)> {
     // The input images are a Var made before the meter starts: inputs are not activations.
     let var = Var::from_tensor(images)?;
     let span = env.start()?;
     let pixels = preprocess(var.as_tensor(), side)?;
-    let (_, embeds) = model.forward(&pixels, policy)?;
+    let embeds = if full_stack {
+        model.forward(&pixels, policy)?.1
+    } else {
+        model.image_embeds(&pixels, policy)?
+    };
     // −Σ cos(image_i, target): the guidance loss.
     let norm = embeds.sqr()?.sum_keepdim(1)?.sqrt()?;
     let loss = embeds
@@ -78,6 +85,7 @@ fn main() -> Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
+    let full_stack = std::env::var("CLIP_BENCH_FULL_STACK").is_ok_and(|v| v == "1");
     // transformers' defaults are openai/clip-vit-base-patch32's vision tower
     // (<https://huggingface.co/openai/clip-vit-base-patch32/blob/main/config.json>).
     let (towers, n_images): (Vec<(&str, ClipVisionConfig, usize)>, usize) = match env.size {
@@ -92,6 +100,14 @@ fn main() -> Result<()> {
         Size::Tiny => (vec![("tiny ViT", vit(32, 2, 4, 8, 32), 32)], 2),
     };
     println!("{}\n", env.describe()?);
+    println!(
+        "path: {}\n",
+        if full_stack {
+            "forward (whole last_hidden_state)"
+        } else {
+            "image_embeds (pooled: last layer for the class token only)"
+        }
+    );
     println!(
         "| tower | images | policy | peak activation bytes | peak | seconds | peak / none | time / none | device peak | ‖grad‖ |"
     );
@@ -109,7 +125,7 @@ fn main() -> Result<()> {
         for policy in [Policy::None, Policy::BLOCKS, Policy::Sqrt] {
             let (mut peak, mut secs, mut dpeak, mut gnorm) = (0usize, f64::INFINITY, 0u64, 0.0);
             for _ in 0..repeats.max(1) {
-                let (p, s, d, g) = run(&env, &model, side, &images, &target, &policy)?;
+                let (p, s, d, g) = run(&env, &model, side, &images, &target, &policy, full_stack)?;
                 peak = peak.max(p);
                 secs = secs.min(s);
                 dpeak = dpeak.max(d);

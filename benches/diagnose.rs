@@ -1,12 +1,18 @@
 //! Why guidance does or does not fix the prior's held-out samples (toy world).
 //!
-//! `cargo bench --bench diagnose [-- --seeds N]` prints, for each held-out combination and seed:
+//! `cargo bench --bench diagnose [-- --seeds N]` (`TOY_DIR=DIR` for another toy world) prints,
+//! for each held-out combination and seed:
 //! - the scoring CLIP's fixed-view cosine of the prior sample and of the fitted latent of the
 //!   right object, and the rank of the true caption among all 36 for both;
 //! - the cosine and the caption rank along the straight line from the prior sample to the fitted
 //!   latent (is there a barrier?);
 //! - how much a step along the cosine's gradient changes the shape (occupancy) and the colour of
 //!   the decoded field, compared with a step of the same length toward the fitted latent.
+//!
+//! `-- --fitted-only` prints only the first table (the fitted latents). `-- --clip` adds, and
+//! `-- --clip-only` prints only, how well the scoring CLIP itself recognises ground-truth renders
+//! of the analytic objects (random views, each held-aside background): top-1 caption, shape and
+//! colour, and the shape confusion matrix.
 
 use std::path::Path;
 
@@ -14,30 +20,19 @@ use anyhow::Result;
 use candle_core::{Device, Tensor, Var, D};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::guide::{held_aside_cameras, GuideSettings};
+use clipsculpt::guide::{held_aside_images, GuideSettings};
 use clipsculpt::pipeline::extract_mesh;
 use clipsculpt::pipeline::{Models, RunSettings};
-use clipsculpt::render::{render_views, RenderSettings};
-use clipsculpt::toy::{caption, classify, is_held_out, world::combinations, HELD_OUT};
+use clipsculpt::toy::render::{random_camera, render_object, DensityModel};
+use clipsculpt::toy::{
+    caption, classify, is_held_out, world::combinations, Shape, WorldObject, HELD_OUT,
+};
 
-/// Mean over the 4 fixed views of the cosine to every caption `(36)`, differentiable in `z`.
+/// Mean over the held-aside images (4 fixed views) of the cosine to every
+/// caption `(36)`, differentiable in `z`.
 fn caption_cosines(models: &Models, texts: &Tensor, z: &Tensor) -> Result<Tensor> {
-    let dec = &models.shap_e.decoder;
     let res = models.scorer.image_size().max(32);
-    let settings = RenderSettings {
-        n_coarse: 32,
-        n_fine: 32,
-        chunk_rays: None,
-        background: Some([1.0, 1.0, 1.0]),
-    };
-    let views = render_views(
-        dec,
-        z,
-        &held_aside_cameras(res),
-        &settings,
-        &mut Rng::new(2),
-    )?;
-    let images = views.rgb.permute((0, 3, 1, 2))?.contiguous()?;
+    let images = held_aside_images(&models.shap_e.decoder, z, res)?;
     let emb = models.scorer.embed_images(&images, &Policy::None)?;
     Ok(emb.matmul(&texts.t()?)?.mean(0)?)
 }
@@ -58,6 +53,96 @@ fn field_change(models: &Models, a: &Tensor, b: &Tensor, points: &Tensor) -> Res
         / (inside.sum_all()?.to_scalar::<f32>()? as f64 * 3.0 + 1e-6))?
         .sqrt()?;
     Ok((docc.to_scalar()?, dcol.to_scalar()?))
+}
+
+/// White, mid-grey and black: the held-aside views' background and two that show white objects.
+const BACKGROUNDS: [[f32; 3]; 3] = [[1.0; 3], [0.5; 3], [0.0; 3]];
+
+/// The scoring CLIP on renders of the true objects (analytic fields, 8 random variations and
+/// cameras per combination), scored like the held-aside images: top-1 caption, shape and colour
+/// among the 36 captions, per background of [`BACKGROUNDS`].
+fn clip_on_ground_truth(
+    models: &Models,
+    texts: &Tensor,
+    caps: &[String],
+    dev: &Device,
+) -> Result<()> {
+    let combos = combinations();
+    let res = models.scorer.image_size().max(32);
+    let density = DensityModel {
+        sharpness: 8.0,
+        density: 20.0,
+    };
+    let mut rng = Rng::new(77);
+    let mut right = [[0usize; 3]; 3]; // [background][caption, shape, colour]
+    let mut held_right = [0usize; 3];
+    let mut total = 0usize;
+    let mut held_total = 0usize;
+    let mut confusion = [[0usize; 6]; 6]; // [true shape][CLIP's shape], all backgrounds
+    for (i, &(shape, colour)) in combos.iter().enumerate() {
+        for _ in 0..8 {
+            let obj = WorldObject::random(shape, colour, &mut rng);
+            let cam = random_camera(res, &mut rng);
+            let v = render_object(&obj, &cam, 64, density, &mut rng, dev)?;
+            let clear = v.alpha.affine(-1.0, 1.0)?;
+            for (b, bg) in BACKGROUNDS.iter().enumerate() {
+                let bg = Tensor::new(bg, dev)?.reshape((3, 1, 1))?;
+                let img = v
+                    .rgb
+                    .broadcast_add(&clear.broadcast_mul(&bg)?)?
+                    .unsqueeze(0)?;
+                let emb = models.scorer.embed_images(&img, &Policy::None)?;
+                let best = emb
+                    .matmul(&texts.t()?)?
+                    .squeeze(0)?
+                    .argmax(D::Minus1)?
+                    .to_scalar::<u32>()? as usize;
+                let (bs, bc) = combos[best];
+                confusion[shape as usize][bs as usize] += 1;
+                let hits = [best == i, bs == shape, bc == colour];
+                for k in 0..3 {
+                    right[b][k] += hits[k] as usize;
+                    if is_held_out(shape, colour) {
+                        held_right[k] += hits[k] as usize;
+                    }
+                }
+            }
+            total += 1;
+            if is_held_out(shape, colour) {
+                held_total += 3;
+            }
+        }
+    }
+    let _ = caps;
+    println!(
+        "## Scoring CLIP on ground-truth renders (8 random views per combination, top-1 of 36)\n"
+    );
+    println!("| background | caption | shape | colour |\n|---|---:|---:|---:|");
+    for (b, name) in ["white", "grey", "black"].iter().enumerate() {
+        let pct = |k: usize| 100.0 * right[b][k] as f64 / total as f64;
+        println!(
+            "| {name} | {:.1} % | {:.1} % | {:.1} % |",
+            pct(0),
+            pct(1),
+            pct(2)
+        );
+    }
+    let pct = |k: usize| 100.0 * held_right[k] as f64 / held_total.max(1) as f64;
+    println!(
+        "| held-out combinations, all backgrounds | {:.1} % | {:.1} % | {:.1} % |\n",
+        pct(0),
+        pct(1),
+        pct(2)
+    );
+    let names: Vec<&str> = Shape::ALL.iter().map(|s| s.name()).collect();
+    println!("Shape confusion (rows: true shape, columns: the shape of CLIP's top caption):\n");
+    println!("| | {} |\n|---|{}", names.join(" | "), "---:|".repeat(6));
+    for (r, row) in confusion.iter().enumerate() {
+        let cells: Vec<String> = row.iter().map(|c| c.to_string()).collect();
+        println!("| {} | {} |", names[r], cells.join(" | "));
+    }
+    println!();
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -84,6 +169,12 @@ fn main() -> Result<()> {
     let points = Rng::new(9)
         .uniform_tensor(&[4096, 3], &dev)?
         .affine(2.0, -1.0)?;
+    if args.iter().any(|a| a == "--clip-only") || args.iter().any(|a| a == "--clip") {
+        clip_on_ground_truth(&models, &texts, &caps, &dev)?;
+        if args.iter().any(|a| a == "--clip-only") {
+            return Ok(());
+        }
+    }
     // 1. The fitted latents themselves: the evaluator's verdict and CLIP's rank of their own caption.
     println!("## Fitted latents\n\n| combo | held out | eval shape | eval colour | IoU | components | euler | CLIP rank of own caption | best caption |");
     println!("|---|---|---|---|---|---|---|---|---|");

@@ -627,6 +627,7 @@ pub fn generate(
                         .unwrap_or(models.shap_e.sampling.guidance_scale as f64),
                 ),
                 guide: GuideSettings {
+                    resolution: s.guide.render_side(models.scorer.image_size()),
                     eval_resolution: score_res,
                     ..s.guide.clone()
                 },

@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::memory::parse_bytes;
-use crate::guide::GuideSettings;
+use crate::guide::{GuideSettings, AUTO_RESOLUTION_MAX};
 use crate::mesh::Format;
 use crate::models::ModelSpec;
 use crate::pipeline::RunSettings;
@@ -53,9 +53,10 @@ pub(super) struct GenerateArgs {
     /// Random views rendered per optimization step.
     #[arg(long, default_value_t = 2)]
     pub views: usize,
-    /// Render resolution of each view (pixels per side).
-    #[arg(long, default_value_t = 32)]
-    pub resolution: usize,
+    /// Render resolution of each view in pixels per side [default: the scoring CLIP's input side,
+    /// at most 64]
+    #[arg(long)]
+    pub resolution: Option<usize>,
     /// Checkpoint policy for decoder chunks and CLIP blocks: none, blocks, sqrt, every:K, last:N.
     #[arg(long, default_value = "blocks")]
     pub checkpoint: Policy,
@@ -88,8 +89,8 @@ impl GenerateArgs {
     /// refuses up front.
     pub fn run_settings(&self) -> anyhow::Result<RunSettings> {
         let a = self;
-        if a.resolution < 4 || a.resolution > 1024 {
-            bail!("--resolution {} is out of range (4..=1024)", a.resolution);
+        if let Some(r) = a.resolution.filter(|r| !(4..=1024).contains(r)) {
+            bail!("--resolution {r} is out of range (4..=1024)");
         }
         if a.views == 0 || a.grid < 8 || a.grid > 512 {
             bail!("--views must be at least 1 and --grid within 8..=512");
@@ -106,7 +107,7 @@ impl GenerateArgs {
             steps: a.steps,
             lr: a.lr,
             views: a.views,
-            resolution: a.resolution,
+            resolution: a.resolution.unwrap_or(0),
             samples,
             chunk_rays,
             clip_policy,
@@ -128,7 +129,8 @@ impl GenerateArgs {
 
     /// Rays per decoder chunk and the CLIP policy, from `--checkpoint` and `--memory-budget`.
     fn memory_plan(&self, samples: (usize, usize)) -> anyhow::Result<(Option<usize>, Policy)> {
-        let rays = self.views * self.resolution * self.resolution;
+        let side = self.resolution.unwrap_or(AUTO_RESOLUTION_MAX);
+        let rays = self.views * side * side;
         Ok(match (self.memory_budget, self.checkpoint) {
             (None, Policy::None) => (None, Policy::None),
             (None, p) => (Some(1024.min(rays)), p),

@@ -24,10 +24,20 @@ pub(super) struct TrainToy {
     /// A few combinations and steps: checks the command in seconds (the weights are not useful).
     #[arg(long)]
     quick: bool,
-    /// Keep the CLIP already in --out instead of retraining it (it does not depend on the other
-    /// stages); the manifest records that it was reused.
+    /// Keep the conditioning CLIP (the prior's text encoder) already in --out instead of
+    /// retraining it (it does not depend on the other stages); the manifest records that it was
+    /// reused.
     #[arg(long)]
     reuse_clip: bool,
+    /// Also train a separate scoring CLIP for guidance (clip/) on renders of this many pixels a
+    /// side (its patch scaled to keep the conditioning CLIP's token count); without it the
+    /// conditioning CLIP scores guidance too.
+    #[arg(long)]
+    scorer_size: Option<usize>,
+    /// Train only the scoring CLIP (clip/) into the world already in --out, keeping its decoder,
+    /// latents, text encoder and prior.
+    #[arg(long, conflicts_with = "reuse_clip", requires = "scorer_size")]
+    only_scorer: bool,
     /// Fit one free latent per object instead of a shape code plus a colour code (the previous
     /// world's unstructured latent space)
     #[arg(long)]
@@ -43,7 +53,16 @@ impl TrainToy {
         } else {
             ToyTrainSettings::full(self.seed)
         };
+        if let Some(side) = self.scorer_size {
+            anyhow::ensure!(
+                side >= 16 && side % settings.clip.render_size == 0,
+                "--scorer-size must be a multiple of the conditioning CLIP's {} px",
+                settings.clip.render_size
+            );
+            settings = settings.with_scorer(side);
+        }
         settings.reuse_clip = self.reuse_clip;
+        settings.only_scorer = self.only_scorer;
         settings.decoder.factorized = !self.per_object_latents;
         let bar = RefCell::new(spinner(true));
         let log = train_toy(&self.out, &settings, &device, |p| match p {
@@ -70,19 +89,21 @@ impl TrainToy {
     fn print_summary(&self, log: &TrainLog) {
         let last = |v: &[f32]| v.last().copied().unwrap_or(f32::NAN);
         println!(
-            "trained into {} in {:.0} s (decoder {:.0} s, CLIP {:.0} s, prior {:.0} s)",
+            "trained into {} (decoder {:.0} s, CLIP {:.0} s, prior {:.0} s, scoring CLIP {:.0} s; kept stages count their earlier time)",
             self.out.display(),
-            log.seconds.iter().sum::<f64>(),
             log.seconds[0],
             log.seconds[1],
-            log.seconds[2]
+            log.seconds[2],
+            log.seconds[3]
         );
         println!(
-            "final losses: decoder {:.4}, CLIP {:.4} (validation accuracy {:.1}%), prior {:.4}; log in {}",
+            "final losses: decoder {:.4}, CLIP {:.4} (validation accuracy {:.1}%), prior {:.4}, scoring CLIP {:.4} (validation accuracy {:.1}%); log in {}",
             last(&log.decoder_loss),
             last(&log.clip_loss),
             100.0 * log.clip_accuracy.last().map_or(f32::NAN, |a| a.1),
             last(&log.prior_loss),
+            last(&log.scorer_loss),
+            100.0 * log.scorer_accuracy.last().map_or(f32::NAN, |a| a.1),
             self.out.join(LOG_FILE).display()
         );
     }

@@ -61,7 +61,7 @@ impl ClipModel {
     /// Normalised `pixels (batch, 3, image_size, image_size)` → `image_embeds (batch,
     /// projection_dim)`, not normalised; differentiable, encoder checkpointed under `policy`.
     pub fn image_features(&self, pixels: &Tensor, policy: &Policy) -> Result<Tensor> {
-        Ok(self.vision.forward(pixels, policy)?.1)
+        self.vision.image_embeds(pixels, policy)
     }
 
     /// The device the weights live on.

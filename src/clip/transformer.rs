@@ -46,14 +46,22 @@ impl Attention {
     /// `x (batch, tokens, hidden)` → same shape; `mask (tokens, tokens)` is added to the scores
     /// (0 or −∞).
     pub fn forward(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        let (b, t, d) = x.dims3()?;
+        self.attend(x, x, mask)
+    }
+
+    /// Attention of the queries of `queries (batch, q, hidden)` over the keys and values of
+    /// `x (batch, tokens, hidden)` → `(batch, q, hidden)`; `mask (q, tokens)` is added to the
+    /// scores.
+    pub fn attend(&self, queries: &Tensor, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+        let (b, tq, d) = queries.dims3()?;
         let heads = |y: Tensor| -> Result<Tensor> {
+            let t = y.dim(1)?;
             y.reshape((b, t, self.num_heads, self.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()
         };
         // softmax(q·kᵀ / √head_dim + mask) · v, with the scale folded into q.
-        let q = heads((self.q_proj.forward(x)? * (self.head_dim as f64).powf(-0.5))?)?;
+        let q = heads((self.q_proj.forward(queries)? * (self.head_dim as f64).powf(-0.5))?)?;
         let k = heads(self.k_proj.forward(x)?)?;
         let v = heads(self.v_proj.forward(x)?)?;
         let mut scores = q.matmul(&k.t()?)?;
@@ -61,7 +69,7 @@ impl Attention {
             scores = scores.broadcast_add(mask)?;
         }
         let probs = ops::softmax(&scores, D::Minus1)?;
-        let y = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, d))?;
+        let y = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, tq, d))?;
         self.out_proj.forward(&y)
     }
 }
@@ -115,6 +123,23 @@ impl EncoderLayer {
     }
 }
 
+impl EncoderLayer {
+    /// The layer's output for the first `rows` tokens only `(batch, rows, hidden)`; keys and
+    /// values still come from every token, so the rows equal those of the full output. A read-out
+    /// of the class token needs only this from the last layer (~1/tokens of its queries, output
+    /// projection and MLP).
+    pub fn forward_first(&self, x: &Tensor, rows: usize, mask: Option<&Tensor>) -> Result<Tensor> {
+        let normed = self.layer_norm1.forward(x)?;
+        let mask = mask.map(|m| m.narrow(0, 0, rows)).transpose()?;
+        let h = self
+            .self_attn
+            .attend(&normed.narrow(1, 0, rows)?, &normed, mask.as_ref())?;
+        let x = (x.narrow(1, 0, rows)? + h)?;
+        let h = self.mlp.forward(&self.layer_norm2.forward(&x)?)?;
+        x + h
+    }
+}
+
 impl Block for EncoderLayer {
     /// `context` is empty, or holds the additive attention mask `(tokens, tokens)`.
     fn forward(&self, x: &Tensor, context: &[Tensor]) -> Result<Tensor> {
@@ -156,16 +181,45 @@ impl Encoder {
     /// Runs the stack on `x (batch, tokens, hidden)` with an optional additive `mask`, checkpointed
     /// as `policy` says (a byte budget measures each layer first, on the CPU).
     pub fn forward(&self, x: &Tensor, mask: Option<&Tensor>, policy: &Policy) -> Result<Tensor> {
-        let context: Vec<Tensor> = mask.into_iter().cloned().collect();
-        let costs = match policy {
-            Policy::Budget(_) => measure_costs(&self.layers, x, &context)?,
-            _ => None,
-        };
-        let plan = policy
-            .plan(self.layers.len(), costs.as_deref())
-            .map_err(candle_core::Error::wrap)?;
-        run_chain(&self.layers, x, &context, &plan)
+        run_layers(&self.layers, x, mask, policy)
     }
+
+    /// The stack's output for the first `rows` tokens only `(batch, rows, hidden)`: every layer
+    /// but the last runs as in [`Encoder::forward`] (under `policy`), the last one computes only
+    /// those rows ([`EncoderLayer::forward_first`]).
+    pub fn forward_first(
+        &self,
+        x: &Tensor,
+        rows: usize,
+        mask: Option<&Tensor>,
+        policy: &Policy,
+    ) -> Result<Tensor> {
+        match self.layers.split_last() {
+            Some((last, [])) => last.forward_first(x, rows, mask),
+            Some((last, rest)) => {
+                last.forward_first(&run_layers(rest, x, mask, policy)?, rows, mask)
+            }
+            None => x.narrow(1, 0, rows),
+        }
+    }
+}
+
+/// Runs `layers` on `x` under `policy` (a byte budget measures each layer first, on the CPU).
+fn run_layers(
+    layers: &[EncoderLayer],
+    x: &Tensor,
+    mask: Option<&Tensor>,
+    policy: &Policy,
+) -> Result<Tensor> {
+    let context: Vec<Tensor> = mask.into_iter().cloned().collect();
+    let costs = match policy {
+        Policy::Budget(_) => measure_costs(layers, x, &context)?,
+        _ => None,
+    };
+    let plan = policy
+        .plan(layers.len(), costs.as_deref())
+        .map_err(candle_core::Error::wrap)?;
+    run_chain(layers, x, &context, &plan)
 }
 
 /// The causal mask `(tokens, tokens)`: 0 on and below the diagonal, −∞ above it.
@@ -240,6 +294,47 @@ mod tests {
         let head = diff.narrow(1, 0, 3)?.max_all()?.to_scalar::<f64>()?;
         let tail = diff.narrow(1, 3, 1)?.max_all()?.to_scalar::<f64>()?;
         assert!(head < 1e-12 && tail > 1e-6, "head {head}, tail {tail}");
+        Ok(())
+    }
+
+    /// The first-rows path equals the same rows of the full stack, in value and in the gradient
+    /// to the input (f64, with and without the causal mask, checkpointed and not), and matches
+    /// finite differences.
+    #[test]
+    fn first_rows_equal_the_full_stack_and_its_gradient() -> Result<()> {
+        let dev = Device::Cpu;
+        for layers in [1, 3] {
+            let enc = random_encoder(&EncoderConfig {
+                num_hidden_layers: layers,
+                ..tiny(Activation::QuickGelu)
+            })?;
+            let mask = causal_mask(5, DType::F64, &dev)?;
+            for mask in [None, Some(&mask)] {
+                for policy in [Policy::None, Policy::BLOCKS] {
+                    let x = candle_core::Var::from_tensor(
+                        &randn(&[2, 5, 8], 3, &dev)?.to_dtype(DType::F64)?,
+                    )?;
+                    let full = enc.forward(x.as_tensor(), mask, &policy)?.narrow(1, 0, 2)?;
+                    let first = enc.forward_first(x.as_tensor(), 2, mask, &policy)?;
+                    let dv = (&full - &first)?.abs()?.max_all()?.to_scalar::<f64>()?;
+                    assert!(dv < 1e-12, "{layers} layers: values differ by {dv}");
+                    let w = randn(&[2, 2, 8], 4, &dev)?.to_dtype(DType::F64)?;
+                    let g = |y: &Tensor| -> Result<Tensor> {
+                        let grads = (y * &w)?.sum_all()?.backward()?;
+                        grads.get(&x).cloned().ok_or_else(|| {
+                            candle_core::Error::Msg("no gradient reached the input".into())
+                        })
+                    };
+                    let dg = (g(&full)? - g(&first)?)?
+                        .abs()?
+                        .max_all()?
+                        .to_scalar::<f64>()?;
+                    assert!(dg < 1e-12, "{layers} layers: gradients differ by {dg}");
+                }
+            }
+            let x = randn(&[1, 4, 8], 5, &dev)?.to_dtype(DType::F64)?;
+            check_grad(&[x], |t| enc.forward_first(&t[0], 1, None, &Policy::None))?;
+        }
         Ok(())
     }
 }

@@ -126,6 +126,20 @@ impl ClipVisionTransformer {
             pooled,
         })
     }
+
+    /// Only [`VisionOutput::pooled`] `(batch, hidden)`, computing just the class token's row
+    /// in the last layer (equal to `forward(…).pooled`, with ~1/tokens of that layer's queries,
+    /// output projection and MLP). Differentiable with respect to `pixels`.
+    pub fn pooled(&self, pixels: &Tensor, policy: &Policy) -> Result<Tensor> {
+        let x = self
+            .pre_layrnorm
+            .forward(&self.embeddings.forward(pixels)?)?;
+        let class = self
+            .encoder
+            .forward_first(&x, 1, None, policy)?
+            .squeeze(1)?;
+        self.post_layernorm.forward(&class)
+    }
 }
 
 /// The `CLIPVisionModelWithProjection` keys within a `CLIPModel`: `vision_model.*` and
@@ -159,5 +173,12 @@ impl ClipVisionModelWithProjection {
         let out = self.vision_model.forward(pixels, policy)?;
         let embeds = self.visual_projection.forward(&out.pooled)?;
         Ok((out, embeds))
+    }
+
+    /// `pixels` → `image_embeds (batch, projection_dim)` alone (not normalised), through
+    /// [`ClipVisionTransformer::pooled`].
+    pub fn image_embeds(&self, pixels: &Tensor, policy: &Policy) -> Result<Tensor> {
+        self.visual_projection
+            .forward(&self.vision_model.pooled(pixels, policy)?)
     }
 }

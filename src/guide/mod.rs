@@ -9,7 +9,8 @@ pub mod start;
 pub mod target;
 
 pub use optimize::{
-    held_aside_cameras, optimize, score, GuideError, GuideSettings, GuideTrace, Score,
+    held_aside_cameras, held_aside_images, optimize, score, GuideError, GuideSettings, GuideTrace,
+    Score, AUTO_RESOLUTION_MAX, HELD_ASIDE_BACKGROUND,
 };
 pub use start::{choose_start, StartChoice};
 pub use target::Target;

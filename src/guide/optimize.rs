@@ -30,7 +30,8 @@ pub struct GuideSettings {
     pub lr: f64,
     /// Views rendered per step.
     pub views: usize,
-    /// Render resolution (pixels per side).
+    /// Render resolution (pixels per side; 0: the scoring CLIP's input side, at most
+    /// [`AUTO_RESOLUTION_MAX`]).
     pub resolution: usize,
     /// Samples per ray, coarse and fine.
     pub samples: (usize, usize),
@@ -67,7 +68,7 @@ impl Default for GuideSettings {
             steps: 30,
             lr: 0.01,
             views: 2,
-            resolution: 32,
+            resolution: 0,
             samples: (32, 32),
             chunk_rays: Some(1024),
             clip_policy: Policy::BLOCKS,
@@ -85,7 +86,20 @@ impl Default for GuideSettings {
     }
 }
 
+/// Largest side the automatic render resolution picks: views of a 224-pixel CLIP are rendered at
+/// 64 and upsampled.
+pub const AUTO_RESOLUTION_MAX: usize = 64;
+
 impl GuideSettings {
+    /// Side of the views the optimization renders, for a scoring CLIP of input side `clip_side`.
+    pub fn render_side(&self, clip_side: usize) -> usize {
+        if self.resolution == 0 {
+            clip_side.min(AUTO_RESOLUTION_MAX)
+        } else {
+            self.resolution
+        }
+    }
+
     /// Side of the held-aside views for a scoring CLIP of input side `clip_side`.
     pub fn eval_side(&self, clip_side: usize) -> usize {
         if self.eval_resolution == 0 {
@@ -150,7 +164,7 @@ impl Objective<'_> {
     fn loss(&self, z: &Tensor, progress: f64, rng: &mut Rng) -> Result<(Tensor, Tensor)> {
         let (decoder, scorer, z0, s) = (self.decoder, self.scorer, self.z0, self.settings);
         let dev = z.device().clone();
-        let n = s.resolution;
+        let n = s.render_side(scorer.image_size());
         let cameras: Vec<Camera> = (0..s.views)
             .map(|_| {
                 let az = rng.range(0.0, std::f32::consts::TAU);
@@ -290,8 +304,33 @@ pub struct Score {
     pub cosine: f32,
 }
 
-/// The held-aside evaluation of `latent` (no graph): four fixed cameras around the object at
-/// `resolution`, fixed ray draws, a white background, no augmentation.
+/// Background of the held-aside views. Scoring each view over white, mid-grey and black as well
+/// (so that white and black objects stand out on two of three) was measured on the toy eval and
+/// kept the held-out accuracy while lowering the seen shapes' IoU (0.941 → 0.917) at 1.7× the
+/// time per prompt, so the views stay on white.
+pub const HELD_ASIDE_BACKGROUND: [f32; 3] = [1.0; 3];
+
+/// The held-aside images `(4, 3, resolution, resolution)` of `latent` (differentiable when it is a
+/// `Var`): the four [`held_aside_cameras`] with fixed ray draws over [`HELD_ASIDE_BACKGROUND`].
+pub fn held_aside_images(decoder: &Decoder, latent: &Tensor, resolution: usize) -> Result<Tensor> {
+    let cams = held_aside_cameras(resolution);
+    let settings = RenderSettings {
+        n_coarse: 32,
+        n_fine: 32,
+        chunk_rays: Some(4096),
+        background: Some(HELD_ASIDE_BACKGROUND),
+    };
+    let views = render_views(
+        decoder,
+        latent,
+        &cams,
+        &settings,
+        &mut Rng::new(HELD_ASIDE_SEED),
+    )?;
+    views.rgb.permute((0, 3, 1, 2))?.contiguous()
+}
+
+/// The held-aside evaluation of `latent` (no graph): [`held_aside_images`] scored by `target`.
 pub fn score(
     decoder: &Decoder,
     scorer: &ClipScorer,
@@ -299,21 +338,7 @@ pub fn score(
     latent: &Tensor,
     resolution: usize,
 ) -> Result<Score> {
-    let cams = held_aside_cameras(resolution);
-    let settings = RenderSettings {
-        n_coarse: 32,
-        n_fine: 32,
-        chunk_rays: Some(4096),
-        background: Some([1.0, 1.0, 1.0]),
-    };
-    let views = render_views(
-        decoder,
-        &latent.detach(),
-        &cams,
-        &settings,
-        &mut Rng::new(HELD_ASIDE_SEED),
-    )?;
-    let images = views.rgb.permute((0, 3, 1, 2))?.contiguous()?;
+    let images = held_aside_images(decoder, &latent.detach(), resolution)?;
     let emb = scorer.embed_images(&images, &Policy::None)?;
     let term = target.term(&emb)?;
     Ok(Score {

@@ -10,6 +10,7 @@
 //! text tower as its `text_encoder/`, `clip/` in transformers' layout), with `train_log.json`
 //! (settings, loss curves, accuracy, seconds per stage) and `MANIFEST.json` (settings and checksums).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -27,7 +28,8 @@ use super::train_clip::{train_clip, ClipTrainSettings};
 use super::train_prior::{train_prior, PriorTrainSettings};
 use super::world::{combinations, is_held_out, Colour, Shape, WorldObject};
 use crate::atomic::write_atomic;
-use crate::clip::{ClipConfig, ClipModel, ClipTokenizer};
+use crate::clip::tokenizer::SpecialTokens;
+use crate::clip::{ClipConfig, ClipTextModelWithProjection, ClipTokenizer};
 use crate::guide::NEGATIVES_FILE;
 use crate::shap_e::{
     PriorConfig, RendererConfig, SamplingDefaults, SchedulerConfig, SAMPLING_FILE,
@@ -50,6 +52,15 @@ pub const TOY_IMAGE_SIZE: usize = 32;
 /// Patch side of the toy CLIP's vision tower.
 pub const TOY_PATCH: usize = 4;
 
+/// The toy CLIP's `config.json` for training settings `s`: width [`TOY_CLIP_WIDTH`] (both
+/// towers), 2 text layers, [`TOY_VISION_LAYERS`] vision layers, input side `s.render_size`,
+/// patch `s.patch`.
+pub fn toy_clip_json(s: &ClipTrainSettings) -> serde_json::Value {
+    let mut json = toy_clip_config(TOY_CLIP_WIDTH, 2, s.render_size, s.patch);
+    json["vision_config"]["num_hidden_layers"] = json!(TOY_VISION_LAYERS);
+    json
+}
+
 /// The training log (not checksummed: it holds timings).
 pub const LOG_FILE: &str = "train_log.json";
 /// The fitted latents `(combos, rows, d_latent)`, in the order of the settings' `combos`.
@@ -64,8 +75,13 @@ pub struct ToyTrainSettings {
     pub combos: Vec<(Shape, Colour)>,
     /// Decoder fit.
     pub decoder: FitSettings,
-    /// Contrastive CLIP training.
+    /// Contrastive training of the conditioning CLIP, whose text tower is the prior's
+    /// `text_encoder/` (and which scores guidance too when `scorer` is `None`).
     pub clip: ClipTrainSettings,
+    /// A separate scoring CLIP for guidance (`clip/`), trained by the same recipe with its own
+    /// settings after the prior; `None`: the conditioning CLIP is the scorer. As with real weights,
+    /// the prior's text encoder and the scorer are then different models.
+    pub scorer: Option<ClipTrainSettings>,
     /// Prior diffusion training.
     pub prior: PriorTrainSettings,
     /// Recommended sampling settings written to `shap_e/sampling.json`.
@@ -73,8 +89,10 @@ pub struct ToyTrainSettings {
     /// Keep the CLIP already in the output folder (and its logged losses) instead of training it
     /// again: the CLIP stage depends only on its own settings and seed, not on the decoder, so
     /// this only saves its time when the decoder or prior stages change.
-    #[serde(default)]
     pub reuse_clip: bool,
+    /// Train only the scoring CLIP into an existing world in the output folder, keeping its
+    /// decoder, latents, text encoder and prior (and their logged curves).
+    pub only_scorer: bool,
 }
 
 impl ToyTrainSettings {
@@ -101,10 +119,12 @@ impl ToyTrainSettings {
                 views: 32,
                 val_views: 4,
                 render_size: TOY_IMAGE_SIZE,
+                patch: TOY_PATCH,
                 samples: 64,
                 min_crop: 0.8,
                 seed: seed + 2,
             },
+            scorer: None,
             prior: PriorTrainSettings {
                 steps: 2000,
                 lr: 1e-3,
@@ -118,6 +138,7 @@ impl ToyTrainSettings {
                 guidance_scale: 1.0,
             },
             reuse_clip: false,
+            only_scorer: false,
         }
     }
 
@@ -140,6 +161,22 @@ impl ToyTrainSettings {
         s.prior.steps = 30;
         s
     }
+
+    /// Adds a separate scoring CLIP trained by the conditioning CLIP's recipe on `side`-pixel
+    /// renders, with the patch scaled to keep its token count and a pool of twice as many views
+    /// per combination (the conditioning CLIP's 32 views let it tell shapes apart on only ~72 %
+    /// of its validation views) (`train-toy --scorer-size`).
+    pub fn with_scorer(mut self, side: usize) -> Self {
+        let scale = (side / self.clip.render_size).max(1);
+        self.scorer = Some(ClipTrainSettings {
+            render_size: side,
+            patch: self.clip.patch * scale,
+            views: 2 * self.clip.views,
+            seed: self.seed + 4,
+            ..self.clip.clone()
+        });
+        self
+    }
 }
 
 /// What a training run measured (also written to [`LOG_FILE`]).
@@ -151,14 +188,18 @@ pub struct TrainLog {
     pub decoder_loss: Vec<f32>,
     /// Indices (into the settings' `combos`) refitted in each refit round.
     pub decoder_refits: Vec<Vec<usize>>,
-    /// CLIP loss per step.
+    /// Conditioning CLIP loss per step.
     pub clip_loss: Vec<f32>,
-    /// `(step, accuracy)` of the CLIP on its validation views.
+    /// `(step, accuracy)` of the conditioning CLIP on its validation views.
     pub clip_accuracy: Vec<(usize, f32)>,
     /// Prior loss per step.
     pub prior_loss: Vec<f32>,
-    /// Seconds per stage: decoder, CLIP, prior.
-    pub seconds: [f64; 3],
+    /// Scoring CLIP loss per step (empty without a separate scorer).
+    pub scorer_loss: Vec<f32>,
+    /// `(step, accuracy)` of the scoring CLIP on its validation views.
+    pub scorer_accuracy: Vec<(usize, f32)>,
+    /// Seconds per stage: decoder, conditioning CLIP, prior, scoring CLIP.
+    pub seconds: [f64; 4],
 }
 
 /// Progress of a run.
@@ -178,31 +219,81 @@ fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
     write_atomic(path, text.as_bytes()).map_err(msg)
 }
 
-/// CLIP weights, loss log, validation accuracy and training seconds of an earlier run in `out`.
-#[allow(clippy::type_complexity)]
-fn reused_clip(
-    out: &Path,
-    dev: &Device,
-) -> Result<(
-    std::collections::HashMap<String, Tensor>,
-    Vec<f32>,
-    Vec<(usize, f32)>,
-    Option<f64>,
-)> {
-    let weights = out.join("clip").join("model.safetensors");
-    let tensors = candle_core::safetensors::load(&weights, dev).map_err(|e| {
-        msg(format!(
-            "--reuse-clip needs the CLIP of an earlier run in {}: {e}",
-            weights.display()
-        ))
-    })?;
-    let log: serde_json::Value = std::fs::read_to_string(out.join(LOG_FILE))
+/// The training log of an earlier run in `out` (`Null` when there is none or it does not parse).
+fn earlier_log(out: &Path) -> serde_json::Value {
+    std::fs::read_to_string(out.join(LOG_FILE))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
-    let loss = serde_json::from_value(log["clip_loss"].clone()).unwrap_or_default();
-    let accuracy = serde_json::from_value(log["clip_accuracy"].clone()).unwrap_or_default();
-    Ok((tensors, loss, accuracy, log["seconds"][1].as_f64()))
+        .unwrap_or_default()
+}
+
+/// The keys of a full CLIP checkpoint that make up its text tower with projection (the prior's
+/// `text_encoder/`).
+fn is_text_key(key: &str) -> bool {
+    key.starts_with("text_model.") || key.starts_with("text_projection.")
+}
+
+/// One trained CLIP: its weights, loss curve, validation accuracy and seconds.
+struct TrainedClip {
+    tensors: HashMap<String, Tensor>,
+    loss: Vec<f32>,
+    accuracy: Vec<(usize, f32)>,
+    seconds: f64,
+}
+
+/// Trains a toy CLIP with `s`, reporting progress under `stage`.
+fn train_toy_clip(
+    stage: &'static str,
+    s: &ClipTrainSettings,
+    combos: &[(Shape, Colour)],
+    density: DensityModel,
+    tokenizer: &ClipTokenizer,
+    dev: &Device,
+    on_progress: &mut impl FnMut(TrainProgress),
+) -> Result<TrainedClip> {
+    let t = Instant::now();
+    on_progress(TrainProgress::Stage(stage, s.steps));
+    let cfg: ClipConfig = serde_json::from_value(toy_clip_json(s)).map_err(msg)?;
+    let clip = train_clip(&cfg, tokenizer, combos, density, s, dev, |_, l| {
+        on_progress(TrainProgress::Step(l))
+    })?;
+    Ok(TrainedClip {
+        tensors: varmap_tensors(&clip.varmap)?,
+        loss: clip.losses,
+        accuracy: clip.accuracy,
+        seconds: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// Writes a full CLIP (`config.json` for `s`, weights, tokenizer, the world's captions as
+/// negatives) to `dir`.
+fn write_clip_dir(
+    dir: &Path,
+    s: &ClipTrainSettings,
+    tensors: &HashMap<String, Tensor>,
+    combos: &[(Shape, Colour)],
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(msg)?;
+    write_json(&dir.join("config.json"), &toy_clip_json(s))?;
+    write_atomic(
+        &dir.join("tokenizer.json"),
+        super::toy_tokenizer_json().as_bytes(),
+    )
+    .map_err(msg)?;
+    let negatives: Vec<String> = combos.iter().map(|&(sh, c)| caption(sh, c)).collect();
+    write_atomic(
+        &dir.join(NEGATIVES_FILE),
+        (negatives.join("\n") + "\n").as_bytes(),
+    )
+    .map_err(msg)?;
+    save_tensors(tensors, &dir.join("model.safetensors"))
+}
+
+/// The toy tokenizer.
+fn toy_tokenizer() -> Result<ClipTokenizer> {
+    let tok =
+        tokenizers::Tokenizer::from_bytes(super::toy_tokenizer_json().as_bytes()).map_err(msg)?;
+    ClipTokenizer::new(tok, 77, &SpecialTokens::default()).map_err(msg)
 }
 
 /// Trains the toy world with `s` and writes it to `out` (created; existing model files replaced).
@@ -212,31 +303,33 @@ pub fn train_toy(
     dev: &Device,
     mut on_progress: impl FnMut(TrainProgress),
 ) -> Result<TrainLog> {
+    if s.only_scorer {
+        return train_scorer_only(out, s, dev, on_progress);
+    }
     let shap_e_dir = out.join("shap_e");
     let clip_dir = out.join("clip");
+    let text_dir = shap_e_dir.join("text_encoder");
+    let earlier = earlier_log(out);
+    // The conditioning CLIP's text tower, read before the random layout below replaces it.
+    let reused_text = if s.reuse_clip {
+        let weights = text_dir.join("model.safetensors");
+        Some(candle_core::safetensors::load(&weights, dev).map_err(|e| {
+            msg(format!(
+                "--reuse-clip needs the text encoder of an earlier run in {}: {e}",
+                weights.display()
+            ))
+        })?)
+    } else {
+        None
+    };
     // The layouts and configs, with random weights that the stages below replace.
     write_random_shap_e(&shap_e_dir, TOY_SIZES, s.seed)?;
     write_json(
         &shap_e_dir.join(SAMPLING_FILE),
         &serde_json::to_value(s.sampling).map_err(msg)?,
     )?;
-    let mut clip_json = toy_clip_config(TOY_CLIP_WIDTH, 2, TOY_IMAGE_SIZE, TOY_PATCH);
-    clip_json["vision_config"]["num_hidden_layers"] = json!(TOY_VISION_LAYERS);
-    let clip_cfg: ClipConfig = serde_json::from_value(clip_json.clone()).map_err(msg)?;
-    std::fs::create_dir_all(&clip_dir).map_err(msg)?;
-    write_json(&clip_dir.join("config.json"), &clip_json)?;
-    write_atomic(
-        &clip_dir.join("tokenizer.json"),
-        super::toy_tokenizer_json().as_bytes(),
-    )
-    .map_err(msg)?;
-    let negatives: Vec<String> = s.combos.iter().map(|&(sh, c)| caption(sh, c)).collect();
-    write_atomic(
-        &clip_dir.join(NEGATIVES_FILE),
-        (negatives.join("\n") + "\n").as_bytes(),
-    )
-    .map_err(msg)?;
-    let tokenizer = ClipTokenizer::from_dir(&clip_dir, 77).map_err(msg)?;
+    let clip_cfg: ClipConfig = serde_json::from_value(toy_clip_json(&s.clip)).map_err(msg)?;
+    let tokenizer = toy_tokenizer()?;
     let read = |p: &Path| -> Result<String> { std::fs::read_to_string(p).map_err(msg) };
     let renderer_cfg: RendererConfig = serde_json::from_str(&read(
         &shap_e_dir.join("shap_e_renderer").join("config.json"),
@@ -269,50 +362,49 @@ pub fn train_toy(
     crate::shap_e::save_latent(&out.join(LATENTS_FILE), fit.latents.as_tensor()).map_err(msg)?;
     let t_decoder = t.elapsed().as_secs_f64();
 
-    // 2. CLIP.
-    let t = Instant::now();
-    on_progress(TrainProgress::Stage("training the CLIP", s.clip.steps));
+    // 2. The conditioning CLIP (the scorer too, without a separate one).
     let density = DensityModel {
         sharpness: s.decoder.sharpness,
         density: s.decoder.density,
     };
-    let (clip_tensors, clip_loss, clip_accuracy, clip_secs) = if s.reuse_clip {
-        reused_clip(out, dev)?
-    } else {
-        let clip = train_clip(
-            &clip_cfg,
-            &tokenizer,
-            &s.combos,
-            density,
-            &s.clip,
-            dev,
-            |_, l| on_progress(TrainProgress::Step(l)),
-        )?;
-        (
-            varmap_tensors(&clip.varmap)?,
-            clip.losses,
-            clip.accuracy,
-            None,
-        )
+    let conditioning = match reused_text {
+        Some(tensors) => TrainedClip {
+            tensors,
+            loss: serde_json::from_value(earlier["clip_loss"].clone()).unwrap_or_default(),
+            accuracy: serde_json::from_value(earlier["clip_accuracy"].clone()).unwrap_or_default(),
+            seconds: earlier["seconds"][1].as_f64().unwrap_or(0.0),
+        },
+        None => {
+            let clip = train_toy_clip(
+                "training the CLIP",
+                &s.clip,
+                &s.combos,
+                density,
+                &tokenizer,
+                dev,
+                &mut on_progress,
+            )?;
+            if s.scorer.is_none() {
+                write_clip_dir(&clip_dir, &s.clip, &clip.tensors, &s.combos)?;
+            }
+            clip
+        }
     };
-    save_tensors(&clip_tensors, &clip_dir.join("model.safetensors"))?;
-    let text_tensors = clip_tensors
+    let text_tensors: HashMap<String, Tensor> = conditioning
+        .tensors
         .iter()
-        .filter(|(k, _)| k.starts_with("text_model.") || k.starts_with("text_projection."))
+        .filter(|(k, _)| is_text_key(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    save_tensors(
-        &text_tensors,
-        &shap_e_dir.join("text_encoder").join("model.safetensors"),
-    )?;
-    let t_clip = clip_secs.unwrap_or_else(|| t.elapsed().as_secs_f64());
+    save_tensors(&text_tensors, &text_dir.join("model.safetensors"))?;
 
     // 3. Prior, on the combinations that are not held out.
     let t = Instant::now();
     on_progress(TrainProgress::Stage("training the prior", s.prior.steps));
-    let model = ClipModel::new(
-        VarBuilder::from_tensors(clip_tensors, DType::F32, dev),
-        &clip_cfg,
+    let text_model = ClipTextModelWithProjection::new(
+        VarBuilder::from_tensors(text_tensors, DType::F32, dev),
+        &clip_cfg.text_config,
+        clip_cfg.projection_dim,
     )?;
     let mut latents = Vec::new();
     let mut embeds = Vec::new();
@@ -324,7 +416,7 @@ pub fn train_toy(
         let texts = captions(sh, c);
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
-        embeds.push(model.text_features(&ids)?.detach());
+        embeds.push(text_model.forward(&ids)?.1.detach());
     }
     if latents.is_empty() {
         candle_core::bail!("every combination is held out: nothing to train the prior on");
@@ -346,23 +438,139 @@ pub fn train_toy(
     )?;
     let t_prior = t.elapsed().as_secs_f64();
 
+    // 4. The scoring CLIP.
+    let scorer = match &s.scorer {
+        Some(sc) => {
+            let clip = train_toy_clip(
+                "training the scoring CLIP",
+                sc,
+                &s.combos,
+                density,
+                &tokenizer,
+                dev,
+                &mut on_progress,
+            )?;
+            write_clip_dir(&clip_dir, sc, &clip.tensors, &s.combos)?;
+            Some(clip)
+        }
+        // Without a new scorer, `--reuse-clip` keeps the earlier run's `clip/` as it is.
+        None => None,
+    };
+
     let log = TrainLog {
         settings: s.clone(),
         decoder_loss: fit.losses,
         decoder_refits: fit.refits,
-        clip_loss,
-        clip_accuracy,
+        clip_loss: conditioning.loss,
+        clip_accuracy: conditioning.accuracy,
         prior_loss: prior.losses,
-        seconds: [t_decoder, t_clip, t_prior],
+        scorer_loss: scorer.as_ref().map(|c| c.loss.clone()).unwrap_or_default(),
+        scorer_accuracy: scorer
+            .as_ref()
+            .map(|c| c.accuracy.clone())
+            .unwrap_or_default(),
+        seconds: [
+            t_decoder,
+            conditioning.seconds,
+            t_prior,
+            scorer.as_ref().map_or(0.0, |c| c.seconds),
+        ],
     };
+    finish(out, s, &log, None)?;
+    Ok(log)
+}
+
+/// Trains only the scoring CLIP (`s.scorer`) into the world in `out`, keeping the other stages
+/// and their logged curves.
+fn train_scorer_only(
+    out: &Path,
+    s: &ToyTrainSettings,
+    dev: &Device,
+    mut on_progress: impl FnMut(TrainProgress),
+) -> Result<TrainLog> {
+    let Some(sc) = &s.scorer else {
+        candle_core::bail!("--only-scorer needs scoring-CLIP settings");
+    };
+    let earlier = earlier_log(out);
+    for needed in [
+        LATENTS_FILE,
+        "shap_e/prior/diffusion_pytorch_model.safetensors",
+    ] {
+        if !out.join(needed).is_file() {
+            candle_core::bail!(
+                "--only-scorer trains into an existing world, but {} has no {needed}",
+                out.display()
+            );
+        }
+    }
+    let curve = |key: &str| -> Vec<f32> {
+        serde_json::from_value(earlier[key].clone()).unwrap_or_default()
+    };
+    let density = DensityModel {
+        sharpness: s.decoder.sharpness,
+        density: s.decoder.density,
+    };
+    let clip = train_toy_clip(
+        "training the scoring CLIP",
+        sc,
+        &s.combos,
+        density,
+        &toy_tokenizer()?,
+        dev,
+        &mut on_progress,
+    )?;
+    write_clip_dir(&out.join("clip"), sc, &clip.tensors, &s.combos)?;
+    let seconds = |i: usize| earlier["seconds"][i].as_f64().unwrap_or(0.0);
+    let log = TrainLog {
+        settings: s.clone(),
+        decoder_loss: curve("decoder_loss"),
+        decoder_refits: serde_json::from_value(earlier["decoder_refits"].clone())
+            .unwrap_or_default(),
+        clip_loss: curve("clip_loss"),
+        clip_accuracy: serde_json::from_value(earlier["clip_accuracy"].clone()).unwrap_or_default(),
+        prior_loss: curve("prior_loss"),
+        scorer_loss: clip.loss,
+        scorer_accuracy: clip.accuracy,
+        seconds: [seconds(0), seconds(1), seconds(2), clip.seconds],
+    };
+    let before: serde_json::Value = std::fs::read_to_string(out.join("MANIFEST.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    finish(out, s, &log, before["command"].as_str())?;
+    Ok(log)
+}
+
+/// The command line that reproduces `s`.
+fn command_line(s: &ToyTrainSettings) -> String {
+    let mut c = format!("clipsculpt train-toy --seed {}", s.seed);
+    for (on, flag) in [
+        (s.combos.len() < combinations().len(), " --quick"),
+        (s.reuse_clip, " --reuse-clip"),
+        (s.only_scorer, " --only-scorer"),
+        (!s.decoder.factorized, " --per-object-latents"),
+    ] {
+        if on {
+            c.push_str(flag);
+        }
+    }
+    if let Some(sc) = &s.scorer {
+        c.push_str(&format!(" --scorer-size {}", sc.render_size));
+    }
+    c
+}
+
+/// Writes the training log and the manifest (settings, final figures, checksums). `earlier`: the
+/// command that produced the stages this run kept.
+fn finish(out: &Path, s: &ToyTrainSettings, log: &TrainLog, earlier: Option<&str>) -> Result<()> {
     write_json(
         &out.join(LOG_FILE),
-        &serde_json::to_value(&log).map_err(msg)?,
+        &serde_json::to_value(log).map_err(msg)?,
     )?;
     let last = |v: &[f32]| v.last().copied();
-    let manifest = json!({
+    let mut manifest = json!({
         "trained": true,
-        "command": format!("clipsculpt train-toy --seed {}{}{}", s.seed, if s.combos.len() < combinations().len() { " --quick" } else { "" }, if s.reuse_clip { " --reuse-clip" } else { "" }),
+        "command": command_line(s),
         "version": env!("CARGO_PKG_VERSION"),
         "settings": s,
         "final": {
@@ -371,11 +579,15 @@ pub fn train_toy(
             "clip_loss": last(&log.clip_loss),
             "clip_accuracy": log.clip_accuracy.last().map(|a| a.1),
             "prior_loss": last(&log.prior_loss),
+            "scorer_loss": last(&log.scorer_loss),
+            "scorer_accuracy": log.scorer_accuracy.last().map(|a| a.1),
         },
         "files": checksums(out)?,
     });
-    write_json(&out.join("MANIFEST.json"), &manifest)?;
-    Ok(log)
+    if let Some(e) = earlier {
+        manifest["kept_stages_from"] = json!(e);
+    }
+    write_json(&out.join("MANIFEST.json"), &manifest)
 }
 
 /// FNV-1a 64-bit checksums of every file under `root` except the manifest and the training log
@@ -455,6 +667,46 @@ mod tests {
             )
             .map_err(msg)?;
         assert_eq!(z.dims(), &[1, 4 * TOY_SIZES.d_hidden, TOY_SIZES.d_latent]);
+        Ok(())
+    }
+
+    /// `--only-scorer` replaces only `clip/` (the prior, decoder, latents and text encoder keep
+    /// their bytes) and the manifest names the run whose stages it kept; `--reuse-clip` then
+    /// keeps the prior's text encoder byte for byte.
+    #[test]
+    fn scorer_only_and_reused_text_encoder_keep_the_other_stages() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(msg)?;
+        let s = ToyTrainSettings::quick(0).with_scorer(TOY_IMAGE_SIZE);
+        train_toy(dir.path(), &s, &Device::Cpu, |_| {})?;
+        let before = checksums(dir.path())?;
+        let mut only = s.clone();
+        only.only_scorer = true;
+        if let Some(sc) = only.scorer.as_mut() {
+            sc.seed += 100;
+        }
+        let log = train_toy(dir.path(), &only, &Device::Cpu, |_| {})?;
+        assert!(!log.scorer_loss.is_empty() && !log.prior_loss.is_empty());
+        let after = checksums(dir.path())?;
+        for (file, sum) in &before {
+            let changed = after.get(file) != Some(sum);
+            assert_eq!(
+                changed,
+                file == "clip/model.safetensors",
+                "{file} changed: {changed}"
+            );
+        }
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("MANIFEST.json")).map_err(msg)?)
+                .map_err(msg)?;
+        assert_eq!(
+            manifest["kept_stages_from"],
+            json!("clipsculpt train-toy --seed 0 --quick --scorer-size 32")
+        );
+        let mut reuse = s.clone();
+        reuse.reuse_clip = true;
+        train_toy(dir.path(), &reuse, &Device::Cpu, |_| {})?;
+        let text = "shap_e/text_encoder/model.safetensors";
+        assert_eq!(checksums(dir.path())?.get(text), before.get(text));
         Ok(())
     }
 

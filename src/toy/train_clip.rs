@@ -30,8 +30,11 @@ pub struct ClipTrainSettings {
     pub views: usize,
     /// Rendered views per combination in the validation set.
     pub val_views: usize,
-    /// Render side in pixels (guidance renders at this size too).
+    /// Render side in pixels, also the vision tower's input side (guidance renders at this size
+    /// too).
     pub render_size: usize,
+    /// Patch side of the vision tower.
+    pub patch: usize,
     /// Samples per ray.
     pub samples: usize,
     /// Smallest crop side as a fraction of the render.
@@ -278,6 +281,7 @@ mod tests {
             views: 2,
             val_views: 1,
             render_size: 16,
+            patch: 4,
             samples: 16,
             min_crop: 0.8,
             seed: 4,
