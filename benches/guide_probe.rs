@@ -3,7 +3,7 @@
 //! the step that won. Settings come from the environment so a sweep needs no rebuild:
 //! `PROBE_PROMPTS` (file, default prompts/toy-heldout.txt), `PROBE_SEEDS` (1), `TOY_DIR`
 //! (assets/toy), `STEPS`, `LR`, `VIEWS`, `RES`, `CONTRAST`, `PRIOR_WEIGHT`, `TRANS_WEIGHT`,
-//! `EVAL_EVERY`.
+//! `EVAL_EVERY`, `EXPLORE_TOP`, `EXPLORE_STEPS`, `SWITCH_MARGIN`, `KEEP_MARGIN`.
 //!
 //! `cargo bench --bench guide_probe`
 
@@ -30,8 +30,15 @@ fn verdict(models: &Models, z: &Tensor, dev: &Device) -> String {
             let st = m.stats();
             match classify(&m) {
                 Ok(c) => format!(
-                    "{:?} {:?} {:.2} c{} e{}",
-                    c.shape, c.colour, c.shape_iou, st.components, st.euler
+                    "{:?} {:?} {:.2} c{} e{} (next {})",
+                    c.shape,
+                    c.colour,
+                    c.shape_iou,
+                    st.components,
+                    st.euler,
+                    c.ranking
+                        .get(1)
+                        .map_or(String::new(), |r| format!("{:?} {:.2}", r.shape, r.iou))
                 ),
                 Err(e) => format!("({e})"),
             }
@@ -69,6 +76,7 @@ fn main() -> Result<()> {
         explore_top: env("EXPLORE_TOP", d.explore_top),
         explore_steps: env("EXPLORE_STEPS", d.explore_steps),
         switch_margin: env("SWITCH_MARGIN", d.switch_margin),
+        keep_margin: env("KEEP_MARGIN", d.keep_margin),
         ..d
     };
     let run = RunSettings::for_evaluation(guide.clone());
@@ -87,6 +95,39 @@ fn main() -> Result<()> {
                 .candidate
                 .map_or("prior".to_string(), |i| format!("bank {i}"));
             let secs = t.elapsed().as_secs_f64();
+            // The bank is the prior sampled for every negative but the prompt, in file order.
+            let names: Vec<&String> = models
+                .negatives
+                .iter()
+                .filter(|n| n.trim().to_lowercase() != prompt.trim().to_lowercase())
+                .collect();
+            let mut ranked: Vec<(f32, &str)> = choice
+                .bank_scores
+                .iter()
+                .zip(&names)
+                .map(|(s, n)| (*s, n.as_str()))
+                .collect();
+            ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let top: Vec<String> = ranked
+                .iter()
+                .take(6)
+                .map(|(s, n)| format!("{n} {s:.3}"))
+                .collect();
+            let probes: Vec<String> = choice
+                .probes
+                .iter()
+                .map(|(w, s)| {
+                    let n = w.map_or("prior", |i| names.get(i).map_or("?", |n| n.as_str()));
+                    format!("{n} {s:.3}")
+                })
+                .collect();
+            if !top.is_empty() {
+                println!(
+                    "  bank top: {}\n  probes: {}",
+                    top.join(", "),
+                    probes.join(", ")
+                );
+            }
             let (b, a) = (verdict(&models, &z0, &dev), verdict(&models, &z, &dev));
             let right =
                 |v: &str| want.is_some_and(|(s, c)| v.starts_with(&format!("{s:?} {c:?} ")));

@@ -51,6 +51,56 @@ fn extracted_meshes_carry_the_field_colours() -> Result<()> {
     Ok(())
 }
 
+/// The keep margin decides between the start and the best evaluation: with no margin this run
+/// exports its best later latent (its held-aside score rises); with a margin above that gain the
+/// same run exports the prior's sample (winning step 0, scores before and after equal), and with
+/// one below it, the best latent again.
+#[test]
+fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    write_random_shap_e(&dir.path().join("shap_e"), SIZES, 1)?;
+    write_random_clip(&dir.path().join("clip"), &toy_clip_config(16, 1, 16, 4), 2)?;
+    let dev = Device::Cpu;
+    let models = Models::load(&dir.path().join("shap_e"), &dir.path().join("clip"), &dev)?;
+    let run = |keep_margin: f32| -> Result<clipsculpt::pipeline::Report> {
+        let guide = GuideSettings {
+            steps: 12,
+            lr: 0.1,
+            views: 1,
+            resolution: 12,
+            samples: (8, 8),
+            chunk_rays: Some(40),
+            keep_margin,
+            ..GuideSettings::default()
+        };
+        let s = RunSettings {
+            seed: 3,
+            prior_steps: 2,
+            guidance_scale: Some(3.0),
+            guide,
+            grid: 16,
+            preview_size: 8,
+            formats: vec![Format::Ply],
+        };
+        let out = dir.path().join(format!("out-{keep_margin}"));
+        generate(&models, "a red cube", &s, &out, &dev, |_| {})
+    };
+    let free = run(0.0)?;
+    let gain = free.score_after - free.score_before;
+    assert!(
+        free.trace.best_step > 0 && gain > 0.0,
+        "no margin: {:?}",
+        free.trace.evals
+    );
+    let kept = run(2.0 * gain)?;
+    assert_eq!(kept.trace.best_step, 0, "{:?}", kept.trace.evals);
+    assert_eq!(kept.score_before, kept.score_after);
+    let small = run(0.5 * gain)?;
+    assert_eq!(small.trace.best_step, free.trace.best_step);
+    assert_eq!(small.score_after, free.score_after);
+    Ok(())
+}
+
 /// A small guided run on random weights: the scoring-CLIP cosine rises over the run, every
 /// step's gradient reaches the latent (none skipped) with decoder chunks and CLIP blocks
 /// checkpointed, and every output file is written.
@@ -84,7 +134,8 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     let report = generate(&models, "a red cube", &s, &out, &dev, |_| {})?;
     assert_eq!(report.trace.skipped, 0);
     // The held-aside views were scored at the start, every 5 steps and at the end; the exported
-    // latent is the best of them, so the score never drops.
+    // latent is the best of them if it beats the start by the keep margin, else the start, so
+    // the score never drops.
     let steps: Vec<usize> = report.trace.evals.iter().map(|e| e.0).collect();
     assert_eq!(steps, vec![0, 5, 10, 12]);
     let best = report
@@ -93,15 +144,21 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         .iter()
         .map(|e| e.1)
         .fold(f32::MIN, f32::max);
-    let at_best = report
-        .trace
-        .evals
-        .iter()
-        .find(|e| e.0 == report.trace.best_step);
-    assert_eq!(at_best.map(|e| e.1), Some(best));
+    let start = report.trace.evals[0].1;
+    let (want_step, want_score) = if best > start + s.guide.keep_margin {
+        let at = report.trace.evals.iter().find(|e| e.1 == best);
+        (at.map_or(usize::MAX, |e| e.0), best)
+    } else {
+        (0, start)
+    };
+    assert_eq!(
+        report.trace.best_step, want_step,
+        "{:?}",
+        report.trace.evals
+    );
     assert!(
-        (report.score_after - best).abs() < 1e-5,
-        "{} vs {best}",
+        (report.score_after - want_score).abs() < 1e-5,
+        "{} vs {want_score}",
         report.score_after
     );
     assert!(report.score_after >= report.score_before);

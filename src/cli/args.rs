@@ -79,6 +79,9 @@ pub(super) struct GenerateArgs {
     /// Score the latent on fixed held-aside views every N steps and export the best (0 = only at the end).
     #[arg(long, default_value_t = GuideSettings::default().eval_every)]
     pub eval_every: usize,
+    /// Held-aside score the optimized latent must gain over the start to be exported instead of it.
+    #[arg(long, default_value_t = GuideSettings::default().keep_margin)]
+    pub keep_margin: f32,
     /// Side in pixels of each of the 20 views in the before/after preview sheets.
     #[arg(long, default_value_t = 48)]
     pub preview_size: usize,
@@ -101,6 +104,9 @@ impl GenerateArgs {
         if !(a.contrast.is_finite() && a.contrast >= 0.0) {
             bail!("--contrast must be a number ≥ 0");
         }
+        if !(a.keep_margin.is_finite() && a.keep_margin >= 0.0) {
+            bail!("--keep-margin must be a number ≥ 0");
+        }
         let samples = (32, 32);
         let (chunk_rays, clip_policy) = self.memory_plan(samples)?;
         let guide = GuideSettings {
@@ -114,6 +120,7 @@ impl GenerateArgs {
             contrast: a.contrast,
             eval_every: a.eval_every,
             explore_top: a.explore,
+            keep_margin: a.keep_margin,
             ..GuideSettings::default()
         };
         Ok(RunSettings {

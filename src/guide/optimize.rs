@@ -7,7 +7,8 @@
 //!
 //! **Never worse than the start.** Every `eval_every` steps the latent is scored on fixed,
 //! held-aside views ([`score`]: four cameras and draws that the optimization never renders), and
-//! the best-scoring latent, the start included, is the one returned.
+//! the best-scoring latent is the one returned; the start stays unless a latent beats it by
+//! [`GuideSettings::keep_margin`].
 
 use candle_core::{Result, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
@@ -60,6 +61,10 @@ pub struct GuideSettings {
     pub explore_steps: usize,
     /// Held-aside score a candidate must gain over the prior's sample to replace it.
     pub switch_margin: f32,
+    /// Held-aside score an optimized latent must gain over the start to replace it: smaller
+    /// gains are within what the optimizer wins by exploiting the scorer rather than by changing
+    /// the object, and they cost the start's clean geometry.
+    pub keep_margin: f32,
 }
 
 impl Default for GuideSettings {
@@ -82,9 +87,13 @@ impl Default for GuideSettings {
             explore_top: 0,
             explore_steps: 5,
             switch_margin: 0.05,
+            keep_margin: KEEP_MARGIN,
         }
     }
 }
+
+/// Default [`GuideSettings::keep_margin`].
+pub const KEEP_MARGIN: f32 = 0.05;
 
 /// Largest side the automatic render resolution picks: views of a 224-pixel CLIP are rendered at
 /// 64 and upsampled.
@@ -238,7 +247,8 @@ pub fn optimize(
     let mut trace = GuideTrace::default();
     let start = held_aside(&z0).map_err(wrap(0))?;
     trace.evals.push((0, start.score));
-    let (mut best, mut best_score) = (z0.clone(), start.score);
+    // The start stays unless a later evaluation beats it by the keep margin.
+    let (mut best, mut best_score) = (z0.clone(), start.score + s.keep_margin.max(0.0));
     let (mut bad_run, mut last_finite) = (0usize, None);
     for step in 0..s.steps {
         opt.set_learning_rate(schedule.at(step));
