@@ -27,6 +27,28 @@ const SIZES: ShapESizes = ShapESizes {
     text_width: 16,
 };
 
+/// A random Shap-E pipeline of [`SIZES`] and a random CLIP, written to and loaded from `dir`.
+fn random_pipeline(dir: &std::path::Path) -> Result<Models> {
+    write_random_shap_e(&dir.join("shap_e"), SIZES, 1)?;
+    write_random_clip(&dir.join("clip"), &toy_clip_config(16, 1, 16, 4), 2)?;
+    Models::load(&dir.join("shap_e"), &dir.join("clip"), &Device::Cpu)
+}
+
+/// Guidance settings small enough for a test: 12 steps of one 12-pixel view, 8 + 8 samples,
+/// decoder chunks of 40 rays, CLIP blocks checkpointed.
+fn small_guide() -> GuideSettings {
+    GuideSettings {
+        steps: 12,
+        lr: 0.1,
+        views: 1,
+        resolution: 12,
+        samples: (8, 8),
+        chunk_rays: Some(40),
+        clip_policy: Policy::BLOCKS,
+        ..GuideSettings::default()
+    }
+}
+
 /// Regression: the extracted mesh carries the decoder's colours (the evaluator once judged every
 /// mesh grey because the colours were never sampled).
 #[test]
@@ -58,20 +80,12 @@ fn extracted_meshes_carry_the_field_colours() -> Result<()> {
 #[test]
 fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    write_random_shap_e(&dir.path().join("shap_e"), SIZES, 1)?;
-    write_random_clip(&dir.path().join("clip"), &toy_clip_config(16, 1, 16, 4), 2)?;
     let dev = Device::Cpu;
-    let models = Models::load(&dir.path().join("shap_e"), &dir.path().join("clip"), &dev)?;
+    let models = random_pipeline(dir.path())?;
     let run = |keep_margin: f32| -> Result<clipsculpt::pipeline::Report> {
         let guide = GuideSettings {
-            steps: 12,
-            lr: 0.1,
-            views: 1,
-            resolution: 12,
-            samples: (8, 8),
-            chunk_rays: Some(40),
             keep_margin,
-            ..GuideSettings::default()
+            ..small_guide()
         };
         let s = RunSettings {
             seed: 3,
@@ -107,20 +121,9 @@ fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
 #[test]
 fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    write_random_shap_e(&dir.path().join("shap_e"), SIZES, 1)?;
-    write_random_clip(&dir.path().join("clip"), &toy_clip_config(16, 1, 16, 4), 2)?;
     let dev = Device::Cpu;
-    let models = Models::load(&dir.path().join("shap_e"), &dir.path().join("clip"), &dev)?;
-    let guide = GuideSettings {
-        steps: 12,
-        lr: 0.1,
-        views: 1,
-        resolution: 12,
-        samples: (8, 8),
-        chunk_rays: Some(40),
-        clip_policy: Policy::BLOCKS,
-        ..GuideSettings::default()
-    };
+    let models = random_pipeline(dir.path())?;
+    let guide = small_guide();
     let s = RunSettings {
         seed: 3,
         prior_steps: 2,
