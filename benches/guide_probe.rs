@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::guide::{GuideSettings, Target};
+use clipsculpt::guide::{same_prompt, GuideSettings, Target};
 use clipsculpt::pipeline::{extract_mesh, Models, RunSettings};
 use clipsculpt::toy::{classify, parse_caption};
 
@@ -99,7 +99,7 @@ fn main() -> Result<()> {
             let names: Vec<&String> = models
                 .negatives
                 .iter()
-                .filter(|n| n.trim().to_lowercase() != prompt.trim().to_lowercase())
+                .filter(|n| !same_prompt(n, prompt))
                 .collect();
             let mut ranked: Vec<(f32, &str)> = choice
                 .bank_scores

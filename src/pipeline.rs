@@ -161,12 +161,11 @@ impl Models {
         rng: &Rng,
         device: &Device,
     ) -> Result<Option<Tensor>> {
-        let key = |p: &str| p.trim().to_lowercase();
         let prompts: Vec<&str> = self
             .negatives
             .iter()
             .map(String::as_str)
-            .filter(|n| key(n) != key(prompt))
+            .filter(|n| !guide::same_prompt(n, prompt))
             .collect();
         if prompts.is_empty() || s.guide.explore_top == 0 || s.guide.steps == 0 {
             return Ok(None);

@@ -13,7 +13,7 @@ pub use optimize::{
     Score, AUTO_RESOLUTION_MAX, HELD_ASIDE_BACKGROUND,
 };
 pub use start::{choose_start, StartChoice};
-pub use target::Target;
+pub use target::{same_prompt, Target};
 
 /// A file of negative prompts beside a scoring CLIP's weights (one per line): when present,
 /// guidance contrasts the prompt against them (the toy world ships its caption set).

@@ -14,6 +14,12 @@ use candle_core::{Result, Tensor, D};
 
 use crate::clip::ClipScorer;
 
+/// Whether two prompts are the same, ignoring case and surrounding blanks (a negative equal to
+/// the prompt is dropped).
+pub fn same_prompt(a: &str, b: &str) -> bool {
+    a.trim().to_lowercase() == b.trim().to_lowercase()
+}
+
 /// The prompt and its negatives as unit text embeddings.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -48,11 +54,10 @@ impl Target {
         contrast: f64,
     ) -> anyhow::Result<Self> {
         let text = scorer.embed_texts(&[prompt])?;
-        let key = |s: &str| s.trim().to_lowercase();
         let kept: Vec<&str> = negatives
             .iter()
             .map(|n| n.trim())
-            .filter(|n| !n.is_empty() && key(n) != key(prompt))
+            .filter(|n| !n.is_empty() && !same_prompt(n, prompt))
             .collect();
         let negatives = if kept.is_empty() || contrast == 0.0 {
             None

@@ -289,6 +289,29 @@ fn write_clip_dir(
     save_tensors(tensors, &dir.join("model.safetensors"))
 }
 
+/// Trains the scoring CLIP with `s` and writes it to `dir` ([`write_clip_dir`]).
+fn train_scorer(
+    dir: &Path,
+    s: &ClipTrainSettings,
+    combos: &[(Shape, Colour)],
+    density: DensityModel,
+    tokenizer: &ClipTokenizer,
+    dev: &Device,
+    on_progress: &mut impl FnMut(TrainProgress),
+) -> Result<TrainedClip> {
+    let clip = train_toy_clip(
+        "training the scoring CLIP",
+        s,
+        combos,
+        density,
+        tokenizer,
+        dev,
+        on_progress,
+    )?;
+    write_clip_dir(dir, s, &clip.tensors, combos)?;
+    Ok(clip)
+}
+
 /// The toy tokenizer.
 fn toy_tokenizer() -> Result<ClipTokenizer> {
     let tok =
@@ -440,19 +463,15 @@ pub fn train_toy(
 
     // 4. The scoring CLIP.
     let scorer = match &s.scorer {
-        Some(sc) => {
-            let clip = train_toy_clip(
-                "training the scoring CLIP",
-                sc,
-                &s.combos,
-                density,
-                &tokenizer,
-                dev,
-                &mut on_progress,
-            )?;
-            write_clip_dir(&clip_dir, sc, &clip.tensors, &s.combos)?;
-            Some(clip)
-        }
+        Some(sc) => Some(train_scorer(
+            &clip_dir,
+            sc,
+            &s.combos,
+            density,
+            &tokenizer,
+            dev,
+            &mut on_progress,
+        )?),
         // Without a new scorer, `--reuse-clip` keeps the earlier run's `clip/` as it is.
         None => None,
     };
@@ -510,8 +529,8 @@ fn train_scorer_only(
         sharpness: s.decoder.sharpness,
         density: s.decoder.density,
     };
-    let clip = train_toy_clip(
-        "training the scoring CLIP",
+    let clip = train_scorer(
+        &out.join("clip"),
         sc,
         &s.combos,
         density,
@@ -519,7 +538,6 @@ fn train_scorer_only(
         dev,
         &mut on_progress,
     )?;
-    write_clip_dir(&out.join("clip"), sc, &clip.tensors, &s.combos)?;
     let seconds = |i: usize| earlier["seconds"][i].as_f64().unwrap_or(0.0);
     let log = TrainLog {
         settings: s.clone(),
