@@ -3,7 +3,7 @@
 //! the step that won. Settings come from the environment so a sweep needs no rebuild:
 //! `PROBE_PROMPTS` (file, default prompts/toy-heldout.txt), `PROBE_SEEDS` (1), `TOY_DIR`
 //! (assets/toy), `STEPS`, `LR`, `VIEWS`, `RES`, `CONTRAST`, `PRIOR_WEIGHT`, `TRANS_WEIGHT`,
-//! `EVAL_EVERY`, `EXPLORE_TOP`, `EXPLORE_STEPS`, `SWITCH_MARGIN`, `KEEP_MARGIN`.
+//! `EVAL_EVERY`, `EXPLORE` (off, bank, analogies), `EXPLORE_REFINE`, `EXPLORE_STEPS`, `SWITCH_MARGIN`, `KEEP_MARGIN`.
 //!
 //! `cargo bench --bench guide_probe`
 
@@ -73,7 +73,8 @@ fn main() -> Result<()> {
         prior_weight: env("PRIOR_WEIGHT", d.prior_weight),
         transmittance_weight: env("TRANS_WEIGHT", d.transmittance_weight),
         eval_every: env("EVAL_EVERY", d.eval_every),
-        explore_top: env("EXPLORE_TOP", d.explore_top),
+        explore: env("EXPLORE", d.explore),
+        explore_refine: env("EXPLORE_REFINE", d.explore_refine),
         explore_steps: env("EXPLORE_STEPS", d.explore_steps),
         switch_margin: env("SWITCH_MARGIN", d.switch_margin),
         keep_margin: env("KEEP_MARGIN", d.keep_margin),
@@ -91,40 +92,53 @@ fn main() -> Result<()> {
             let z0 = models.run_sample(prompt, &run, &rng, &dev)?;
             let target = Target::new(&models.scorer, prompt, &models.negatives, guide.contrast)?;
             let (z, trace, choice) = models.guide(&target, &z0, &run, &rng, &dev, |_, _| {})?;
-            let picked = choice
-                .candidate
-                .map_or("prior".to_string(), |i| format!("bank {i}"));
             let secs = t.elapsed().as_secs_f64();
-            // The bank is the prior sampled for every negative but the prompt, in file order.
-            let names: Vec<&String> = models
+            // The bank is the prior sampled for every negative but the prompt, in file order;
+            // the completions follow it.
+            let mut names: Vec<String> = models
                 .negatives
                 .iter()
                 .filter(|n| !same_prompt(n, prompt))
+                .cloned()
                 .collect();
-            let mut ranked: Vec<(f32, &str)> = choice
-                .bank_scores
-                .iter()
-                .zip(&names)
-                .map(|(s, n)| (*s, n.as_str()))
-                .collect();
+            names.truncate(choice.bank_size);
+            names.extend(
+                choice
+                    .completion_support
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| format!("completion {k} (support {s})")),
+            );
+            let name = |i: Option<usize>| {
+                i.map_or("prior".to_string(), |i| {
+                    names.get(i).cloned().unwrap_or_else(|| "?".into())
+                })
+            };
+            let mut ranked: Vec<(f32, usize)> =
+                choice.screen_scores.iter().copied().zip(0..).collect();
             ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
             let top: Vec<String> = ranked
                 .iter()
                 .take(6)
-                .map(|(s, n)| format!("{n} {s:.3}"))
+                .map(|(s, i)| format!("{} {s:.3}", name(Some(*i))))
+                .collect();
+            let finalists: Vec<String> = choice
+                .finalists
+                .iter()
+                .map(|(i, s)| format!("{} {s:.3}", name(Some(*i))))
                 .collect();
             let probes: Vec<String> = choice
                 .probes
                 .iter()
-                .map(|(w, s)| {
-                    let n = w.map_or("prior", |i| names.get(i).map_or("?", |n| n.as_str()));
-                    format!("{n} {s:.3}")
-                })
+                .map(|(w, s)| format!("{} {s:.3}", name(*w)))
                 .collect();
             if !top.is_empty() {
                 println!(
-                    "  bank top: {}\n  probes: {}",
+                    "  prior {:.3}; screened at {} px: {}\n  finalists: {}\n  probes: {}",
+                    choice.prior_score.unwrap_or(f32::NAN),
+                    choice.screen_side,
                     top.join(", "),
+                    finalists.join(", "),
                     probes.join(", ")
                 );
             }
@@ -140,8 +154,8 @@ fn main() -> Result<()> {
                 .map(|(s, v)| format!("{s}:{v:.3}"))
                 .collect();
             println!(
-                "{prompt} s{seed}: prior [{b}] -> guided [{a}] start {picked} probes {:?} best step {} evals {} ({secs:.1} s)",
-                choice.probes,
+                "{prompt} s{seed}: prior [{b}] -> guided [{a}] start {} best step {} evals {} ({secs:.1} s)",
+                name(choice.candidate),
                 trace.best_step,
                 evals.join(" ")
             );

@@ -151,9 +151,9 @@ impl Models {
         )
     }
 
-    /// The exploration bank of a run ([`guide::start`]): the prior sampled, in one batch, for
-    /// every negative prompt other than `prompt` (stream [`stream::EXPLORE`]); `None` without
-    /// negatives or with exploration off.
+    /// The exploration bank of a run ([`guide::start`]): the prior sampled, in one batch of
+    /// [`GuideSettings::explore_prior_steps`] sampler steps, for every negative prompt other than
+    /// `prompt` (stream [`stream::EXPLORE`]); `None` without negatives or with exploration off.
     pub fn sample_bank(
         &self,
         prompt: &str,
@@ -167,7 +167,7 @@ impl Models {
             .map(String::as_str)
             .filter(|n| !guide::same_prompt(n, prompt))
             .collect();
-        if prompts.is_empty() || s.guide.explore_top == 0 || s.guide.steps == 0 {
+        if prompts.is_empty() || s.guide.explore == guide::Explore::Off || s.guide.steps == 0 {
             return Ok(None);
         }
         let (ids, _) = self.tokenizer.encode_batch(&prompts, device)?;
@@ -178,7 +178,7 @@ impl Models {
         let mut rng = rng.fork(stream::EXPLORE);
         Ok(Some(self.shap_e.sample(
             &embeds,
-            s.prior_steps,
+            s.guide.explore_prior_steps,
             guidance,
             &mut rng,
         )?))
@@ -197,9 +197,10 @@ impl Models {
         on_step: impl FnMut(usize, f32),
     ) -> Result<(Tensor, GuideTrace, StartChoice)> {
         let decoder = &self.shap_e.decoder;
+        let t = std::time::Instant::now();
         let bank = self.sample_bank(target.prompt(), s, rng, device)?;
         let explore = rng.fork(stream::EXPLORE);
-        let (start, choice) = guide::choose_start(
+        let (start, mut choice) = guide::choose_start(
             decoder,
             &self.scorer,
             target,
@@ -208,6 +209,7 @@ impl Models {
             &s.guide,
             &explore,
         )?;
+        choice.seconds = t.elapsed().as_secs_f64();
         let (z, trace) = guide::optimize(
             decoder,
             &self.scorer,
@@ -378,7 +380,10 @@ pub struct StageSeconds {
     pub sampling: f64,
     /// The scoring CLIP's text embedding and the before/after (and held-out) scores.
     pub scoring: f64,
-    /// CLIP-guided optimization.
+    /// Exploration: the bank (the prior sampled for the negatives), its completions and their
+    /// scores ([`guide::choose_start`]).
+    pub exploring: f64,
+    /// CLIP-guided optimization (without exploration).
     pub optimizing: f64,
     /// Writing the prior's and the final latent.
     pub latents: f64,
@@ -399,10 +404,10 @@ pub struct StageSeconds {
 }
 
 impl StageSeconds {
-    /// The stages `[loading, sampling, scoring, optimizing, latents, previews]`, the export's
-    /// own timings, and the `total`; `other` is what the stages leave of it.
-    fn tally(stages: [f64; 6], export: &ExportReport, total: f64) -> Self {
-        let [loading, sampling, scoring, optimizing, latents, previews] = stages;
+    /// The stages `[loading, sampling, scoring, exploring, optimizing, latents, previews]`, the
+    /// export's own timings, and the `total`; `other` is what the stages leave of it.
+    fn tally(stages: [f64; 7], export: &ExportReport, total: f64) -> Self {
+        let [loading, sampling, scoring, exploring, optimizing, latents, previews] = stages;
         let [mesh_grid, mesh_surface, mesh_colours, _] = export.seconds;
         let files: std::collections::BTreeMap<String, f64> = export
             .format_seconds
@@ -418,6 +423,7 @@ impl StageSeconds {
             loading,
             sampling,
             scoring,
+            exploring,
             optimizing,
             latents,
             previews,
@@ -545,6 +551,7 @@ pub fn generate(
     peaks.optimizing = device_memory::peak_bytes(device)?;
     let peak_optimize_bytes = meter.peak_above_base();
     let t_opt = since(t1);
+    let t_explore = start_choice.seconds;
     let t_score = Instant::now();
     // Scores and previews are deterministic functions of the latent (fixed cameras and draws),
     // so when guidance left the latent unchanged (`--steps 0`) the prior's are reused.
@@ -648,7 +655,8 @@ pub fn generate(
                 models.load_seconds,
                 t_sample,
                 t_scoring,
-                t_opt,
+                t_explore,
+                (t_opt - t_explore).max(0.0),
                 t_latents,
                 t_previews,
             ],

@@ -5,7 +5,7 @@ use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::guide::GuideSettings;
+use clipsculpt::guide::{Explore, GuideSettings};
 use clipsculpt::mesh::Format;
 use clipsculpt::pipeline::{extract_mesh, generate, Models, RunSettings};
 use clipsculpt::shap_e::ShapE;
@@ -76,21 +76,25 @@ fn extracted_meshes_carry_the_field_colours() -> Result<()> {
 /// The keep margin decides between the start and the best evaluation: with no margin this run
 /// exports its best later latent (its held-aside score rises); with a margin above that gain the
 /// same run exports the prior's sample (winning step 0, scores before and after equal), and with
-/// one below it, the best latent again.
+/// one below it, the best latent again. On the embedded toy world ("a red cube", exploration off):
+/// random weights give held-aside views that hardly depend on the latent.
 #[test]
 fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let dev = Device::Cpu;
-    let models = random_pipeline(dir.path())?;
+    let toy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/toy");
+    let models = Models::load(&toy.join("shap_e"), &toy.join("clip"), &dev)?;
     let run = |keep_margin: f32| -> Result<clipsculpt::pipeline::Report> {
         let guide = GuideSettings {
             keep_margin,
+            explore: Explore::Off,
+            resolution: 16,
             ..small_guide()
         };
         let s = RunSettings {
-            seed: 3,
-            prior_steps: 2,
-            guidance_scale: Some(3.0),
+            seed: 0,
+            prior_steps: 16,
+            guidance_scale: None,
             guide,
             grid: 16,
             preview_size: 8,
@@ -102,7 +106,7 @@ fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
     let free = run(0.0)?;
     let gain = free.score_after - free.score_before;
     assert!(
-        free.trace.best_step > 0 && gain > 0.0,
+        free.trace.best_step > 0 && gain > 1e-3,
         "no margin: {:?}",
         free.trace.evals
     );
@@ -179,7 +183,8 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         t.mesh_colours,
     ];
     assert!(stages.iter().all(|&x| x > 0.0), "{t:?}");
-    let sum = stages.iter().sum::<f64>() + t.files.values().sum::<f64>() + t.other;
+    // Without negatives there is no exploration, so its stage may be (almost) zero.
+    let sum = stages.iter().sum::<f64>() + t.exploring + t.files.values().sum::<f64>() + t.other;
     assert!((sum - t.total).abs() < 1e-9, "{t:?}");
     assert!(t.files.contains_key("mesh.glb") && t.files.len() == s.formats.len());
     // report.json always has a memory section: device, dtype, a peak per stage and the cache

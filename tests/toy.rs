@@ -110,9 +110,10 @@ fn clip_text_embeddings_separate_combinations() {
     );
 }
 
-/// Guidance turns a wrong prior sample of a held-out combination into the right shape, judged by
-/// the analytic evaluator (not by CLIP): "a black torus" (held out of the prior's training set),
-/// seed 0, the default guidance settings and the shipped negatives.
+/// Guidance turns the prior's wrong objects for held-out captions into the right ones, judged
+/// by the toy evaluator (not by CLIP): "a black torus" (the prior's sample has no surface) and
+/// "a green sphere" (the prior gives a green cube). Both are found by exploration among the
+/// consensus completions of the bank, not by the prior's sample.
 #[test]
 fn guidance_fixes_a_held_out_shape() {
     use clipsculpt::guide::{GuideSettings, Target};
@@ -120,27 +121,52 @@ fn guidance_fixes_a_held_out_shape() {
     let m = models();
     let dev = Device::Cpu;
     let run = RunSettings::for_evaluation(GuideSettings::default());
-    let prompt = caption(Shape::Torus, Colour::Black);
-    let rng = Rng::new(run.seed);
-    let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
     let verdict = |z: &Tensor| {
         extract_mesh(&m.shap_e.decoder, z, 64, &dev)
             .ok()
             .and_then(|mesh| classify(&mesh).ok())
             .map(|c| (c.shape, c.colour))
     };
-    let before = verdict(&z0);
-    assert_ne!(
-        before,
-        Some((Shape::Torus, Colour::Black)),
-        "the prior alone was already right"
-    );
+    for want in [
+        (Shape::Torus, Colour::Black),
+        (Shape::Sphere, Colour::Green),
+    ] {
+        let prompt = caption(want.0, want.1);
+        let rng = Rng::new(run.seed);
+        let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
+        let before = verdict(&z0);
+        assert_ne!(before, Some(want), "the prior alone was already right");
+        let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
+        let (z, _, choice) = m.guide(&target, &z0, &run, &rng, &dev, |_, _| {}).unwrap();
+        assert!(
+            choice.candidate.is_some_and(|i| i >= choice.bank_size),
+            "{prompt}: the start was not a completion: {choice:?}"
+        );
+        assert_eq!(verdict(&z), Some(want), "{prompt}: guided from {before:?}");
+    }
+}
+
+/// Exploration does not replace a right prior sample: for the seen "a green cube", whose
+/// completions include the green sphere, guidance keeps the green cube.
+#[test]
+fn exploration_keeps_a_right_prior_sample() {
+    use clipsculpt::guide::{GuideSettings, Target};
+    use clipsculpt::pipeline::RunSettings;
+    let m = models();
+    let dev = Device::Cpu;
+    let run = RunSettings::for_evaluation(GuideSettings::default());
+    let want = (Shape::Cube, Colour::Green);
+    let prompt = caption(want.0, want.1);
+    let rng = Rng::new(run.seed);
+    let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
     let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
-    let (z, trace, _) = m.guide(&target, &z0, &run, &rng, &dev, |_, _| {}).unwrap();
-    assert!(trace.best_step > 0, "keep-best kept the prior's sample");
-    assert_eq!(
-        verdict(&z),
-        Some((Shape::Torus, Colour::Black)),
-        "guided from {before:?}"
+    let (z, _, choice) = m.guide(&target, &z0, &run, &rng, &dev, |_, _| {}).unwrap();
+    assert!(
+        !choice.completion_support.is_empty(),
+        "the bank had no completions"
     );
+    assert_eq!(choice.candidate, None, "{choice:?}");
+    let mesh = extract_mesh(&m.shap_e.decoder, &z, 64, &dev).unwrap();
+    let c = classify(&mesh).unwrap();
+    assert_eq!((c.shape, c.colour), want);
 }

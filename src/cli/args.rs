@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::memory::parse_bytes;
-use crate::guide::{GuideSettings, AUTO_RESOLUTION_MAX};
+use crate::guide::{Explore, GuideSettings, AUTO_RESOLUTION_MAX};
 use crate::mesh::Format;
 use crate::models::ModelSpec;
 use crate::pipeline::RunSettings;
@@ -53,8 +53,8 @@ pub(super) struct GenerateArgs {
     /// Random views rendered per optimization step.
     #[arg(long, default_value_t = 2)]
     pub views: usize,
-    /// Render resolution of each view in pixels per side [default: the scoring CLIP's input side,
-    /// at most 64]
+    /// Render resolution of each view in pixels per side [default: half the scoring CLIP's input
+    /// side, within 32..=64]
     #[arg(long)]
     pub resolution: Option<usize>,
     /// Checkpoint policy for decoder chunks and CLIP blocks: none, blocks, sqrt, every:K, last:N.
@@ -72,10 +72,19 @@ pub(super) struct GenerateArgs {
     /// Weight of the contrastive part of the CLIP loss (prompt vs negative prompts); 0 = bare cosine.
     #[arg(long, default_value_t = GuideSettings::default().contrast)]
     pub contrast: f64,
-    /// Exploration: refine the prior's sample and the best N of the prior sampled for each negative
-    /// prompt for a few steps, and start from the best (0 = off).
-    #[arg(long, default_value_t = GuideSettings::default().explore_top)]
-    pub explore: usize,
+    /// Exploration, when there are negative prompts: the prior is also sampled for each of them
+    /// (the bank); the start is the best of the prior's sample, the bank (bank) and the bank's
+    /// consensus latent analogies a + b − c (analogies) on the held-aside views; off = the
+    /// prior's sample.
+    #[arg(long, default_value_t = GuideSettings::default().explore)]
+    pub explore: Explore,
+    /// Refine the prior's sample and the best N exploration candidates for a few steps before
+    /// choosing the start (0 = choose by their held-aside score as they are).
+    #[arg(long, default_value_t = GuideSettings::default().explore_refine)]
+    pub explore_refine: usize,
+    /// Sampler steps of the exploration bank's prior samples.
+    #[arg(long, default_value_t = GuideSettings::default().explore_prior_steps)]
+    pub explore_prior_steps: usize,
     /// Score the latent on fixed held-aside views every N steps and export the best (0 = only at the end).
     #[arg(long, default_value_t = GuideSettings::default().eval_every)]
     pub eval_every: usize,
@@ -104,6 +113,9 @@ impl GenerateArgs {
         if !(a.contrast.is_finite() && a.contrast >= 0.0) {
             bail!("--contrast must be a number ≥ 0");
         }
+        if a.explore_prior_steps == 0 {
+            bail!("--explore-prior-steps must be at least 1");
+        }
         if !(a.keep_margin.is_finite() && a.keep_margin >= 0.0) {
             bail!("--keep-margin must be a number ≥ 0");
         }
@@ -119,7 +131,9 @@ impl GenerateArgs {
             clip_policy,
             contrast: a.contrast,
             eval_every: a.eval_every,
-            explore_top: a.explore,
+            explore: a.explore,
+            explore_refine: a.explore_refine,
+            explore_prior_steps: a.explore_prior_steps,
             keep_margin: a.keep_margin,
             ..GuideSettings::default()
         };

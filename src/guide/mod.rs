@@ -2,15 +2,18 @@
 //! learning-rate schedule. The optimization loop itself composes these with the decoder/renderer
 //! and the scoring CLIP.
 
+pub mod analogy;
 pub mod augment;
+pub mod explore;
 pub mod optimize;
 pub mod schedule;
 pub mod start;
 pub mod target;
 
+pub use explore::Explore;
 pub use optimize::{
     held_aside_cameras, held_aside_images, optimize, score, GuideError, GuideSettings, GuideTrace,
-    Score, AUTO_RESOLUTION_MAX, HELD_ASIDE_BACKGROUND,
+    Score, AUTO_RESOLUTION_MAX, HELD_ASIDE_BACKGROUNDS,
 };
 pub use start::{choose_start, StartChoice};
 pub use target::{same_prompt, Target};

@@ -3,32 +3,61 @@
 //! Gradient steps on the latent move it only locally: a wrong shape sits behind a barrier of
 //! worse-looking intermediate shapes (see the README's diagnosis), so the loop alone keeps the
 //! prior's shape. Exploration gives it other starting points: the caller supplies a bank of
-//! candidate latents (the prior sampled for related prompts, for example the negatives); each is
-//! scored on the held-aside views without a graph, the best few and the prior's own sample are
-//! each refined for a few steps, and a candidate replaces the prior's sample only when its refined
-//! score beats the refined prior sample by a margin.
+//! candidate latents (the prior sampled for related prompts, for example the negatives), and
+//! [`Explore::Analogies`] adds the bank's consensus completions ([`super::analogy`]), latents of
+//! objects the prior does not produce. Every candidate is scored on the held-aside views without
+//! a graph, first at a cheap side ([`SCREEN_SIDE`]) and the best few again at the full one;
+//! optionally those and the prior's own sample are first refined for a few steps.
+//! A candidate replaces the prior's sample only when it beats it by
+//! [`GuideSettings::switch_margin`].
 
 use candle_core::Tensor;
 
+use super::analogy;
+use super::explore::Explore;
 use super::optimize::{optimize, score, GuideError, GuideSettings};
 use super::target::Target;
 use crate::autodiff::rng::Rng;
 use crate::clip::ClipScorer;
 use crate::shap_e::Decoder;
 
+/// Largest side at which every candidate is screened; only the best [`FINALISTS`] are scored at
+/// the held-aside views' full side.
+pub const SCREEN_SIDE: usize = 32;
+
+/// Candidates rescored at the full side after screening (at least the number refined).
+pub const FINALISTS: usize = 3;
+
 /// How a start was chosen, for the report.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct StartChoice {
-    /// Index of the chosen candidate in the bank, `None` for the prior's own sample.
+    /// Index of the chosen candidate (the bank's latents, then the completions), `None` for the
+    /// prior's own sample.
     pub candidate: Option<usize>,
-    /// Held-aside score of every bank candidate before refinement.
-    pub bank_scores: Vec<f32>,
-    /// `(bank index or None for the prior's sample, score after the probe steps)` of each probe.
+    /// Held-aside score of the prior's sample (before any refinement).
+    pub prior_score: Option<f32>,
+    /// Side of the screening views.
+    pub screen_side: usize,
+    /// Held-aside score at the screening side of every candidate before refinement: the bank's,
+    /// then the completions'.
+    pub screen_scores: Vec<f32>,
+    /// `(candidate, held-aside score at the full side)` of the best-screened candidates, best
+    /// first.
+    pub finalists: Vec<(usize, f32)>,
+    /// Number of bank latents among the candidates.
+    pub bank_size: usize,
+    /// Support (agreeing triples) of each completion.
+    pub completion_support: Vec<usize>,
+    /// `(candidate index or None for the prior's sample, score after the probe steps)` of each
+    /// refinement probe.
     pub probes: Vec<(Option<usize>, f32)>,
+    /// Wall seconds of the exploration, the bank's sampling included (set by the caller that
+    /// samples the bank).
+    pub seconds: f64,
 }
 
 /// Chooses the latent to optimize from the prior's sample `z0 (1, rows, d)` and `bank`
-/// `(n, rows, d)` (may be empty). Returns the refined start and how it was chosen.
+/// `(n, rows, d)` (may be empty). Returns the start and how it was chosen.
 pub fn choose_start(
     decoder: &Decoder,
     scorer: &ClipScorer,
@@ -40,38 +69,76 @@ pub fn choose_start(
 ) -> Result<(Tensor, StartChoice), GuideError> {
     let wrap = |source| GuideError::Step { step: 0, source };
     let mut choice = StartChoice::default();
-    let Some(bank) = bank.filter(|_| s.explore_top > 0) else {
+    let Some(bank) = bank.filter(|_| s.explore != Explore::Off) else {
         return Ok((z0.clone(), choice));
     };
-    let side = s.eval_side(scorer.image_size());
-    let n = bank.dim(0).map_err(wrap)?;
-    for i in 0..n {
-        let z = bank.get(i).and_then(|z| z.unsqueeze(0)).map_err(wrap)?;
-        choice.bank_scores.push(
-            score(decoder, scorer, target, &z, side)
-                .map_err(wrap)?
-                .score,
-        );
+    let mut candidates: Vec<Tensor> = (0..bank.dim(0).map_err(wrap)?)
+        .map(|i| bank.get(i)?.unsqueeze(0))
+        .collect::<candle_core::Result<_>>()
+        .map_err(wrap)?;
+    choice.bank_size = candidates.len();
+    if s.explore == Explore::Analogies {
+        let flat = |z: &Tensor| z.flatten_all()?.to_vec1::<f32>();
+        let latents: Vec<Vec<f32>> = std::iter::once(z0)
+            .chain(&candidates)
+            .map(flat)
+            .collect::<candle_core::Result<_>>()
+            .map_err(wrap)?;
+        for c in analogy::completions(&latents) {
+            choice.completion_support.push(c.support);
+            let z = Tensor::from_vec(c.latent, z0.shape(), z0.device())
+                .and_then(|z| z.to_dtype(z0.dtype()))
+                .map_err(wrap)?;
+            candidates.push(z);
+        }
     }
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&a, &b| choice.bank_scores[b].total_cmp(&choice.bank_scores[a]));
+    let side = s.eval_side(scorer.image_size());
+    let held_aside = |z: &Tensor, side| score(decoder, scorer, target, z, side).map(|sc| sc.score);
+    // Screening: every candidate at a cheap side, then the best few at the full side.
+    choice.screen_side = side.min(SCREEN_SIDE);
+    for z in &candidates {
+        choice
+            .screen_scores
+            .push(held_aside(z, choice.screen_side).map_err(wrap)?);
+    }
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by(|&a, &b| choice.screen_scores[b].total_cmp(&choice.screen_scores[a]));
+    order.truncate(FINALISTS.max(s.explore_refine));
+    for &i in &order {
+        let sc = if choice.screen_side == side {
+            choice.screen_scores[i]
+        } else {
+            held_aside(&candidates[i], side).map_err(wrap)?
+        };
+        choice.finalists.push((i, sc));
+    }
+    choice.finalists.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let prior_score = held_aside(z0, side).map_err(wrap)?;
+    choice.prior_score = Some(prior_score);
+    if s.explore_refine == 0 {
+        return Ok(match choice.finalists.first() {
+            Some(&(i, sc)) if sc >= prior_score + s.switch_margin => {
+                choice.candidate = Some(i);
+                (candidates[i].clone(), choice)
+            }
+            _ => (z0.clone(), choice),
+        });
+    }
+    let order: Vec<usize> = choice.finalists.iter().map(|f| f.0).collect();
     let probe = GuideSettings {
         steps: s.explore_steps,
         ..s.clone()
     };
     let mut best: Option<(Option<usize>, Tensor, f32)> = None;
-    let mut prior_score = f32::NEG_INFINITY;
-    let starts = std::iter::once(None).chain(order.into_iter().take(s.explore_top).map(Some));
+    let mut refined_prior = f32::NEG_INFINITY;
+    let starts = std::iter::once(None).chain(order.into_iter().take(s.explore_refine).map(Some));
     for (k, which) in starts.enumerate() {
-        let start = match which {
-            None => z0.clone(),
-            Some(i) => bank.get(i).and_then(|z| z.unsqueeze(0)).map_err(wrap)?,
-        };
+        let start = which.map_or(z0, |i| &candidates[i]);
         let (z, trace) = optimize(
             decoder,
             scorer,
             target,
-            &start,
+            start,
             &probe,
             &mut rng.fork(k as u64),
             |_, _| {},
@@ -83,14 +150,14 @@ pub fn choose_start(
             .fold(f32::NEG_INFINITY, f32::max);
         choice.probes.push((which, sc));
         if which.is_none() {
-            prior_score = sc;
+            refined_prior = sc;
         }
         let margin = if which.is_none() {
             0.0
         } else {
             s.switch_margin
         };
-        if best.as_ref().is_none_or(|b| sc > b.2) && sc >= prior_score + margin {
+        if best.as_ref().is_none_or(|b| sc > b.2) && sc >= refined_prior + margin {
             best = Some((which, z, sc));
         }
     }

@@ -51,16 +51,18 @@ pub fn evaluate(
                 };
             outcome(&mut tables[0], &before, prior_secs)?;
             let t = Instant::now();
-            let (z, trace, _) = models.guide(&target, &z0, s, &rng, device, |_, _| {})?;
+            let (z, trace, choice) = models.guide(&target, &z0, s, &rng, device, |_, _| {})?;
             let after = judge(&z)?;
             outcome(
                 &mut tables[1],
                 &after,
                 prior_secs + t.elapsed().as_secs_f64(),
             )?;
+            // The prior's sample is what guidance must not fall below, also when exploration
+            // started the loop elsewhere.
             if let Some(&(_, start)) = trace.evals.first() {
                 let best = trace.evals.iter().map(|e| e.1).fold(start, f32::max);
-                tables[1].set_last_scores([start, best]);
+                tables[1].set_last_scores([choice.prior_score.unwrap_or(start), best]);
             }
         }
     }
