@@ -187,13 +187,52 @@ impl<'a, T> Mat<'a, T> {
     }
 }
 
+/// How a product is written into its destination.
+#[derive(Clone, Copy, Debug)]
+pub struct Write {
+    /// Stride between the destination's rows (its columns are contiguous).
+    pub rs: usize,
+    /// Add the product to what the destination holds instead of overwriting it.
+    pub accumulate: bool,
+    /// Use rayon's threads (false: the calling thread alone, for callers that parallelise
+    /// over blocks themselves).
+    pub parallel: bool,
+}
+
+impl Write {
+    /// Overwrite a row-major `(_, n)` destination, multi-threaded.
+    pub fn rows(n: usize) -> Self {
+        Self {
+            rs: n,
+            accumulate: false,
+            parallel: true,
+        }
+    }
+
+    /// The same, adding to the destination.
+    pub fn adding(self) -> Self {
+        Self {
+            accumulate: true,
+            ..self
+        }
+    }
+
+    /// The same, on the calling thread alone.
+    pub fn serial(self) -> Self {
+        Self {
+            parallel: false,
+            ..self
+        }
+    }
+}
+
 /// `dst (m, n, row-major) = lhs (m, k) · rhs (k, n)`, multi-threaded (rayon) on the `gemm`
 /// crate, AVX-512 kernels included where the CPU has them.
 ///
 /// # Panics
 /// When an operand is too short for its shape and strides (a bug in the caller).
 pub fn matmul<T: Real>(dst: &mut [T], m: usize, n: usize, k: usize, lhs: Mat<T>, rhs: Mat<T>) {
-    matmul_on(true, dst, m, n, k, lhs, rhs);
+    matmul_with(dst, Write::rows(n), m, n, k, lhs, rhs);
 }
 
 /// [`matmul`] on the calling thread alone (for callers that parallelise over blocks of rows).
@@ -205,58 +244,97 @@ pub fn matmul_serial<T: Real>(
     lhs: Mat<T>,
     rhs: Mat<T>,
 ) {
-    matmul_on(false, dst, m, n, k, lhs, rhs);
+    matmul_with(dst, Write::rows(n).serial(), m, n, k, lhs, rhs);
 }
 
-fn matmul_on<T: Real>(
-    parallel: bool,
+/// `dst (m, n) (+)= lhs (m, k) · rhs (k, n)` written as `write` says (row stride, overwrite or
+/// add, threads).
+///
+/// # Panics
+/// When an operand or the destination is too short for its shape and strides (a bug in the
+/// caller).
+pub fn matmul_with<T: Real>(
     dst: &mut [T],
+    write: Write,
     m: usize,
     n: usize,
     k: usize,
     lhs: Mat<T>,
     rhs: Mat<T>,
 ) {
-    assert!(
-        dst.len() >= m * n && lhs.fits(m, k) && rhs.fits(k, n),
-        "matmul operands do not match ({m}×{k} · {k}×{n})"
-    );
     if m == 0 || n == 0 {
         return;
     }
+    assert!(
+        write.rs >= n && dst.len() >= (m - 1) * write.rs + n && lhs.fits(m, k) && rhs.fits(k, n),
+        "matmul operands do not match ({m}×{k} · {k}×{n})"
+    );
     if k == 0 {
-        dst[..m * n].fill(T::zero());
+        if !write.accumulate {
+            for row in dst.chunks_mut(write.rs).take(m) {
+                row[..n].fill(T::zero());
+            }
+        }
         return;
     }
     let threads = rayon::current_num_threads();
-    let parallelism = if parallel && threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: every index the product touches is in bounds (checked above); `dst` does not alias
-    // the operands (it is borrowed mutably).
+    let parts = (n / MIN_COLUMNS_PER_TASK).min(TASKS_PER_THREAD * threads);
+    if !write.parallel || threads < 2 || parts < 2 {
+        // SAFETY: the whole product is in bounds (checked above).
+        unsafe { gemm_columns(dst.as_mut_ptr(), write, m, 0..n, k, lhs, rhs) };
+        return;
+    }
+    // Column blocks of the product, one serial `gemm` each: disjoint columns of `dst`.
+    let dst_addr = dst.as_mut_ptr() as usize;
+    (0..parts).into_par_iter().for_each(|p| {
+        let cols = n * p / parts..n * (p + 1) / parts;
+        // SAFETY: the blocks cover disjoint columns of `dst`, each in bounds (checked above);
+        // `dst` is borrowed mutably for the whole call.
+        unsafe { gemm_columns(dst_addr as *mut T, write, m, cols, k, lhs, rhs) };
+    });
+}
+
+/// Columns below this many per task are not split further.
+const MIN_COLUMNS_PER_TASK: usize = 64;
+/// Column blocks per thread: several, so that blocks of unequal speed balance out.
+const TASKS_PER_THREAD: usize = 4;
+
+/// The columns `cols` of `dst (m, n) (+)= lhs · rhs` on the calling thread.
+///
+/// # Safety
+/// `dst` must be valid for writes at every `(i, j)` with `i < m`, `j ∈ cols` under `write.rs`,
+/// not aliased by another thread's block, and the operands must fit the product.
+unsafe fn gemm_columns<T: Real>(
+    dst: *mut T,
+    write: Write,
+    m: usize,
+    cols: std::ops::Range<usize>,
+    k: usize,
+    lhs: Mat<T>,
+    rhs: Mat<T>,
+) {
+    // SAFETY: the caller's contract; the column offsets stay inside the checked operands.
     unsafe {
         gemm::gemm(
             m,
-            n,
+            cols.len(),
             k,
-            dst.as_mut_ptr(),
+            dst.add(cols.start),
             1,
-            n as isize,
-            false,
+            write.rs as isize,
+            write.accumulate,
             lhs.data.as_ptr(),
             lhs.cs as isize,
             lhs.rs as isize,
-            rhs.data.as_ptr(),
+            rhs.data.as_ptr().add(cols.start * rhs.cs),
             rhs.cs as isize,
             rhs.rs as isize,
-            T::zero(),
+            T::one(),
             T::one(),
             false,
             false,
             false,
-            parallelism,
+            gemm::Parallelism::None,
         );
     }
 }
@@ -278,6 +356,29 @@ mod tests {
             for j in 0..n {
                 let want: f64 = (0..k).map(|p| a[i * k + p] * b[j * k + p]).sum();
                 assert_eq!(dst[i * n + j], want);
+            }
+        }
+    }
+
+    /// A strided destination: the product lands in its columns, added to what was there, and
+    /// the columns beyond `n` are untouched.
+    #[test]
+    fn matmul_with_writes_strided_and_adds() {
+        let (m, n, k, rs) = (5, 3, 4, 7);
+        let a: Vec<f64> = (0..m * k).map(|i| (i % 5) as f64 - 2.0).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i % 3) as f64 + 0.5).collect();
+        let mut dst: Vec<f64> = (0..m * rs).map(|i| i as f64).collect();
+        let before = dst.clone();
+        let write = Write::rows(rs).adding().serial();
+        matmul_with(&mut dst, write, m, n, k, Mat::rows(&a, k), Mat::rows(&b, n));
+        for i in 0..m {
+            for j in 0..rs {
+                let add: f64 = if j < n {
+                    (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum()
+                } else {
+                    0.0
+                };
+                assert_eq!(dst[i * rs + j], before[i * rs + j] + add);
             }
         }
     }

@@ -88,6 +88,16 @@ impl LayerNorm {
     pub fn new(weight: Tensor, bias: Option<Tensor>, eps: f64) -> Self {
         Self { weight, bias, eps }
     }
+
+    /// The `(d)` weight.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// The `(d)` bias, if any.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
 }
 
 impl Module for LayerNorm {

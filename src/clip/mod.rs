@@ -13,6 +13,7 @@
 pub mod config;
 pub mod describe;
 pub mod error;
+pub mod fused;
 pub mod load;
 pub mod model;
 pub mod preprocess;

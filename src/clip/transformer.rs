@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 use super::config::{Activation, EncoderConfig};
+use super::fused::FusedLayer;
 use crate::autodiff::checkpoint::{measure_costs, run_chain, Block, Policy};
 use crate::autodiff::nn::{layer_norm, linear, LayerNorm, Linear};
 use crate::autodiff::ops;
@@ -102,39 +103,86 @@ impl Module for Mlp {
 }
 
 /// One pre-LN layer: `x + attn(ln1(x))`, then `h + mlp(ln2(h))`.
+///
+/// Frozen f32/f64 layers on the CPU run as one fused graph node ([`FusedLayer`]); the others
+/// (trainable weights, other devices and dtypes) compose candle ops.
 #[derive(Debug, Clone)]
 pub struct EncoderLayer {
     self_attn: Attention,
     layer_norm1: LayerNorm,
     mlp: Mlp,
     layer_norm2: LayerNorm,
+    fused: Option<FusedLayer>,
 }
 
 impl EncoderLayer {
     /// Loads one layer under `vb` (`…encoder.layers.{i}`).
     pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         let (d, eps) = (cfg.hidden_size, cfg.layer_norm_eps);
+        let self_attn = Attention::new(vb.pp("self_attn"), cfg)?;
+        let layer_norm1 = layer_norm(d, eps, vb.pp("layer_norm1"))?;
+        let mlp = Mlp::new(vb.pp("mlp"), cfg)?;
+        let layer_norm2 = layer_norm(d, eps, vb.pp("layer_norm2"))?;
+        let a = &self_attn;
+        let fused = FusedLayer::new(
+            [
+                Some(layer_norm1.weight()),
+                layer_norm1.bias(),
+                Some(a.q_proj.weight()),
+                a.q_proj.bias(),
+                Some(a.k_proj.weight()),
+                a.k_proj.bias(),
+                Some(a.v_proj.weight()),
+                a.v_proj.bias(),
+                Some(a.out_proj.weight()),
+                a.out_proj.bias(),
+                Some(layer_norm2.weight()),
+                layer_norm2.bias(),
+                Some(mlp.fc1.weight()),
+                mlp.fc1.bias(),
+                Some(mlp.fc2.weight()),
+                mlp.fc2.bias(),
+            ],
+            eps,
+            cfg.num_attention_heads,
+            cfg.hidden_act,
+        );
         Ok(Self {
-            self_attn: Attention::new(vb.pp("self_attn"), cfg)?,
-            layer_norm1: layer_norm(d, eps, vb.pp("layer_norm1"))?,
-            mlp: Mlp::new(vb.pp("mlp"), cfg)?,
-            layer_norm2: layer_norm(d, eps, vb.pp("layer_norm2"))?,
+            self_attn,
+            layer_norm1,
+            mlp,
+            layer_norm2,
+            fused,
         })
     }
-}
 
-impl EncoderLayer {
     /// The layer's output for the first `rows` tokens only `(batch, rows, hidden)`; keys and
     /// values still come from every token, so the rows equal those of the full output. A read-out
     /// of the class token needs only this from the last layer (~1/tokens of its queries, output
     /// projection and MLP).
     pub fn forward_first(&self, x: &Tensor, rows: usize, mask: Option<&Tensor>) -> Result<Tensor> {
+        if let Some(fused) = &self.fused {
+            if let Some(y) = fused.forward(x, rows, mask)? {
+                return Ok(y);
+            }
+        }
+        self.composed(x, rows, mask)
+    }
+
+    /// [`EncoderLayer::forward_first`] composed from candle ops.
+    fn composed(&self, x: &Tensor, rows: usize, mask: Option<&Tensor>) -> Result<Tensor> {
         let normed = self.layer_norm1.forward(x)?;
-        let mask = mask.map(|m| m.narrow(0, 0, rows)).transpose()?;
-        let h = self
-            .self_attn
-            .attend(&normed.narrow(1, 0, rows)?, &normed, mask.as_ref())?;
-        let x = (x.narrow(1, 0, rows)? + h)?;
+        let (queries, residual, mask) = if rows == x.dim(1)? {
+            (normed.clone(), x.clone(), mask.cloned())
+        } else {
+            (
+                normed.narrow(1, 0, rows)?,
+                x.narrow(1, 0, rows)?,
+                mask.map(|m| m.narrow(0, 0, rows)).transpose()?,
+            )
+        };
+        let h = self.self_attn.attend(&queries, &normed, mask.as_ref())?;
+        let x = (residual + h)?;
         let h = self.mlp.forward(&self.layer_norm2.forward(&x)?)?;
         x + h
     }
@@ -143,12 +191,7 @@ impl EncoderLayer {
 impl Block for EncoderLayer {
     /// `context` is empty, or holds the additive attention mask `(tokens, tokens)`.
     fn forward(&self, x: &Tensor, context: &[Tensor]) -> Result<Tensor> {
-        let h = self
-            .self_attn
-            .forward(&self.layer_norm1.forward(x)?, context.first())?;
-        let x = (x + h)?;
-        let h = self.mlp.forward(&self.layer_norm2.forward(&x)?)?;
-        x + h
+        self.forward_first(x, x.dim(1)?, context.first())
     }
 }
 
@@ -247,18 +290,33 @@ mod tests {
         }
     }
 
-    /// Random f64 weights for every key the encoder asks for (recorded from a zero-init builder).
-    fn random_encoder(cfg: &EncoderConfig) -> Result<Encoder> {
+    /// Random weights in `dtype` for every key the encoder asks for (recorded from a zero-init
+    /// builder).
+    fn random_tensors(cfg: &EncoderConfig, dtype: DType) -> Result<HashMap<String, Tensor>> {
         let dev = Device::Cpu;
         let varmap = candle_nn::VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, DType::F64, &dev);
         Encoder::new(vb, cfg)?;
         let mut ts = HashMap::new();
-        for (i, (name, var)) in varmap.data().lock().unwrap().iter().enumerate() {
-            let t = (randn(var.dims(), i as u64 + 10, &dev)? * 0.5)?;
-            ts.insert(name.clone(), t.to_dtype(DType::F64)?);
+        let mut names: Vec<(String, Vec<usize>)> = varmap
+            .data()
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(name, var)| (name.clone(), var.dims().to_vec()))
+            .collect();
+        names.sort();
+        for (i, (name, dims)) in names.into_iter().enumerate() {
+            let t = (randn(&dims, i as u64 + 10, &dev)? * 0.5)?;
+            ts.insert(name, t.to_dtype(dtype)?);
         }
-        Encoder::new(VarBuilder::from_tensors(ts, DType::F64, &dev), cfg)
+        Ok(ts)
+    }
+
+    /// A random f64 encoder.
+    fn random_encoder(cfg: &EncoderConfig) -> Result<Encoder> {
+        let ts = random_tensors(cfg, DType::F64)?;
+        Encoder::new(VarBuilder::from_tensors(ts, DType::F64, &Device::Cpu), cfg)
     }
 
     /// d/dx of the whole causal stack, both activations, against central differences.
@@ -294,6 +352,78 @@ mod tests {
         let head = diff.narrow(1, 0, 3)?.max_all()?.to_scalar::<f64>()?;
         let tail = diff.narrow(1, 3, 1)?.max_all()?.to_scalar::<f64>()?;
         assert!(head < 1e-12 && tail > 1e-6, "head {head}, tail {tail}");
+        Ok(())
+    }
+
+    /// The fused CPU layer equals the composed one, in value and in the input gradient, with and
+    /// without the causal mask, all rows and the first rows only: f64 values to rounding, the
+    /// rest to f32 precision (the composed LayerNorm's backward computes in f32). The fused
+    /// gradient also matches central finite differences in f64.
+    #[test]
+    fn fused_layer_equals_the_composed_layer() -> Result<()> {
+        let dev = Device::Cpu;
+        let cfg = EncoderConfig {
+            hidden_size: 16,
+            intermediate_size: 24,
+            num_attention_heads: 4,
+            ..tiny(Activation::QuickGelu)
+        };
+        let enc = random_encoder(&cfg)?;
+        let layer = &enc.layers[1];
+        assert!(layer.fused.is_some(), "the layer has no fused form");
+        for (dtype, tol, gtol) in [(DType::F64, 1e-12, 1e-6), (DType::F32, 2e-5, 2e-5)] {
+            let layer = EncoderLayer::new(
+                VarBuilder::from_tensors(random_tensors(&cfg, dtype)?, dtype, &dev)
+                    .pp("layers")
+                    .pp(0),
+                &cfg,
+            )?;
+            let mask = causal_mask(6, dtype, &dev)?;
+            for mask in [None, Some(&mask)] {
+                for rows in [6, 2] {
+                    let x = candle_core::Var::from_tensor(
+                        &randn(&[3, 6, 16], 11, &dev)?.to_dtype(dtype)?,
+                    )?;
+                    let w = randn(&[3, rows, 16], 12, &dev)?.to_dtype(dtype)?;
+                    let run = |fused: bool| -> Result<(Tensor, Tensor)> {
+                        let y = if fused {
+                            let f = layer.fused.as_ref().expect("fused form");
+                            f.forward(x.as_tensor(), rows, mask)?
+                                .expect("fused applies")
+                        } else {
+                            layer.composed(x.as_tensor(), rows, mask)?
+                        };
+                        let grads = (&y * &w)?.sum_all()?.backward()?;
+                        let g = grads.get(&x).cloned().expect("gradient reaches x");
+                        Ok((y, g))
+                    };
+                    let ((yf, gf), (yc, gc)) = (run(true)?, run(false)?);
+                    let rel = |a: &Tensor, b: &Tensor| -> Result<f64> {
+                        let a = a.to_dtype(DType::F64)?;
+                        let b = b.to_dtype(DType::F64)?;
+                        let scale = b.abs()?.max_all()?.to_scalar::<f64>()?.max(1e-30);
+                        Ok((a - b)?.abs()?.max_all()?.to_scalar::<f64>()? / scale)
+                    };
+                    let (dy, dg) = (rel(&yf, &yc)?, rel(&gf, &gc)?);
+                    let m = mask.is_some();
+                    assert!(
+                        dy < tol,
+                        "{dtype:?} mask {m} rows {rows}: values differ by {dy}"
+                    );
+                    assert!(
+                        dg < gtol,
+                        "{dtype:?} mask {m} rows {rows}: gradients differ by {dg}"
+                    );
+                    if dtype == DType::F64 {
+                        let f = layer.fused.as_ref().expect("fused form");
+                        check_grad(&[x.as_tensor().clone()], |t| {
+                            f.forward(&t[0], rows, mask)?
+                                .ok_or_else(|| candle_core::Error::Msg("not fused".into()))
+                        })?;
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
