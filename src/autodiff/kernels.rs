@@ -280,17 +280,35 @@ pub fn matmul_with<T: Real>(
     let threads = rayon::current_num_threads();
     let parts = (n / MIN_COLUMNS_PER_TASK).min(TASKS_PER_THREAD * threads);
     if !write.parallel || threads < 2 || parts < 2 {
+        // Serial, or too few columns to split: `gemm`'s own threads split the rows.
+        let parallelism = if write.parallel && threads > 1 {
+            gemm::Parallelism::Rayon(threads)
+        } else {
+            gemm::Parallelism::None
+        };
         // SAFETY: the whole product is in bounds (checked above).
-        unsafe { gemm_columns(dst.as_mut_ptr(), write, m, 0..n, k, lhs, rhs) };
+        unsafe { gemm_columns(dst.as_mut_ptr(), write, m, 0..n, k, lhs, rhs, parallelism) };
         return;
     }
-    // Column blocks of the product, one serial `gemm` each: disjoint columns of `dst`.
+    // Column blocks of the product, one serial `gemm` each: disjoint columns of `dst`. (With
+    // `gemm`'s own threads a weight read transposed, as `x·Wᵀ` reads it, ran at half speed.)
     let dst_addr = dst.as_mut_ptr() as usize;
     (0..parts).into_par_iter().for_each(|p| {
         let cols = n * p / parts..n * (p + 1) / parts;
         // SAFETY: the blocks cover disjoint columns of `dst`, each in bounds (checked above);
         // `dst` is borrowed mutably for the whole call.
-        unsafe { gemm_columns(dst_addr as *mut T, write, m, cols, k, lhs, rhs) };
+        unsafe {
+            gemm_columns(
+                dst_addr as *mut T,
+                write,
+                m,
+                cols,
+                k,
+                lhs,
+                rhs,
+                gemm::Parallelism::None,
+            )
+        };
     });
 }
 
@@ -299,11 +317,12 @@ const MIN_COLUMNS_PER_TASK: usize = 64;
 /// Column blocks per thread: several, so that blocks of unequal speed balance out.
 const TASKS_PER_THREAD: usize = 4;
 
-/// The columns `cols` of `dst (m, n) (+)= lhs · rhs` on the calling thread.
+/// The columns `cols` of `dst (m, n) (+)= lhs · rhs` (on `parallelism`'s threads).
 ///
 /// # Safety
 /// `dst` must be valid for writes at every `(i, j)` with `i < m`, `j ∈ cols` under `write.rs`,
 /// not aliased by another thread's block, and the operands must fit the product.
+#[allow(clippy::too_many_arguments)]
 unsafe fn gemm_columns<T: Real>(
     dst: *mut T,
     write: Write,
@@ -312,6 +331,7 @@ unsafe fn gemm_columns<T: Real>(
     k: usize,
     lhs: Mat<T>,
     rhs: Mat<T>,
+    parallelism: gemm::Parallelism,
 ) {
     // SAFETY: the caller's contract; the column offsets stay inside the checked operands.
     unsafe {
@@ -334,7 +354,7 @@ unsafe fn gemm_columns<T: Real>(
             false,
             false,
             false,
-            gemm::Parallelism::None,
+            parallelism,
         );
     }
 }
