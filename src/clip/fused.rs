@@ -104,18 +104,18 @@ struct Saved<T> {
 }
 
 impl FusedLayer {
-    /// The layer from its tensors in the order `layer_norm1` (weight, bias), `q_proj`, `k_proj`,
-    /// `v_proj`, `out_proj`, `layer_norm2`, `fc1`, `fc2` (weight, bias each); `None` when a bias
-    /// is missing (then the composed layer runs).
+    /// The layer from its (weight, bias) pairs in the order `layer_norm1`, `q_proj`, `k_proj`,
+    /// `v_proj`, `out_proj`, `layer_norm2`, `fc1`, `fc2`; `None` when a bias is missing (then the
+    /// composed layer runs).
     pub fn new(
-        tensors: [Option<&Tensor>; N_TENSORS],
+        parts: [(&Tensor, Option<&Tensor>); N_TENSORS / 2],
         eps: f64,
         heads: usize,
         act: Activation,
     ) -> Option<Self> {
-        let tensors = tensors
+        let tensors = parts
             .into_iter()
-            .map(|t| t.cloned())
+            .flat_map(|(w, b)| [Some(w.clone()), b.cloned()])
             .collect::<Option<Vec<_>>>()?;
         Some(Self {
             tensors,
@@ -521,9 +521,14 @@ fn forward<T: Real>(
     (out, saved)
 }
 
-/// A head's block of a `(rows, d)` buffer of image `bi`: offset of its first element.
-fn head_at(g: &Geometry, bi: usize, rows: usize, h: usize) -> usize {
-    bi * rows * g.d + h * g.hd
+/// Head `h` of image `bi` in a buffer of `rows` rows per image and `d` columns: a `(rows, hd)`
+/// matrix read in place.
+fn head<'a, T>(g: &Geometry, buf: &'a [T], bi: usize, rows: usize, h: usize) -> Mat<'a, T> {
+    Mat {
+        data: &buf[bi * rows * g.d + h * g.hd..],
+        rs: g.d,
+        cs: 1,
+    }
 }
 
 /// Attention of image `bi`: `o (r, d)` and the probabilities `p (heads, r, t)`.
@@ -542,23 +547,11 @@ fn attend_image<T: Real>(
     let serial = |rs| Write::rows(rs).serial();
     for h in 0..g.heads {
         let s = &mut p[h * r * t..(h + 1) * r * t];
-        let qh = Mat {
-            data: &q[head_at(g, bi, r, h)..],
-            rs: d,
-            cs: 1,
-        };
-        let kt = Mat {
-            data: &k[head_at(g, bi, t, h)..],
-            rs: 1,
-            cs: d,
-        };
+        let qh = head(g, q, bi, r, h);
+        let kt = head(g, k, bi, t, h).t();
         matmul_with(s, serial(t), r, t, hd, qh, kt);
         softmax_rows(s, t, mask);
-        let vh = Mat {
-            data: &v[head_at(g, bi, t, h)..],
-            rs: d,
-            cs: 1,
-        };
+        let vh = head(g, v, bi, t, h);
         matmul_with(&mut o[h * hd..], serial(d), r, hd, t, Mat::rows(s, t), vh);
     }
 }
@@ -580,16 +573,8 @@ fn attend_image_backward<T: Real>(
     let mut ds = vec![T::zero(); r * t];
     for h in 0..g.heads {
         let p = &s.p[(bi * g.heads + h) * r * t..(bi * g.heads + h + 1) * r * t];
-        let doh = Mat {
-            data: &d_o[head_at(g, bi, r, h)..],
-            rs: d,
-            cs: 1,
-        };
-        let vt = Mat {
-            data: &s.v[head_at(g, bi, t, h)..],
-            rs: 1,
-            cs: d,
-        };
+        let doh = head(g, d_o, bi, r, h);
+        let vt = head(g, &s.v, bi, t, h).t();
         // dP = dO·Vᵀ, then dS = P ⊙ (dP − Σⱼ dP·P) per row.
         matmul_with(&mut ds, serial(t), r, t, hd, doh, vt);
         for (ds, p) in ds.chunks_exact_mut(t).zip(p.chunks_exact(t)) {
@@ -598,11 +583,7 @@ fn attend_image_backward<T: Real>(
                 *x = y * (*x - dot);
             }
         }
-        let kh = Mat {
-            data: &s.k[head_at(g, bi, t, h)..],
-            rs: d,
-            cs: 1,
-        };
+        let kh = head(g, &s.k, bi, t, h);
         matmul_with(
             &mut dq[h * hd..],
             serial(d),
@@ -612,11 +593,7 @@ fn attend_image_backward<T: Real>(
             Mat::rows(&ds, t),
             kh,
         );
-        let qh = Mat {
-            data: &s.q[head_at(g, bi, r, h)..],
-            rs: d,
-            cs: 1,
-        };
+        let qh = head(g, &s.q, bi, r, h);
         matmul_with(
             &mut dk[h * hd..],
             serial(d),
