@@ -1,8 +1,8 @@
 //! Marching-cubes speed on a sphere SDF (r = 0.8 in [−1, 1]³, level 0), single thread and all threads.
 //!
 //! `cargo bench --bench mesh` prints a markdown table: best of several runs, vertex and face counts, and the
-//! ratio to the single-thread run of the same size. Anchors on a 2-core VM (`docs/mesh.md`, "Reference timings"):
-//! skimage ≈ 47–53 ms / 128³ and ≈ 370–490 ms / 256³; VTK Flying Edges 10.6 / 81 ms. Benches never assert timings.
+//! ratio to the single-thread run of the same size. `benches/reference/mesh_mc.py` times scikit-image and VTK on
+//! the same workload, for a side-by-side run. Benches never assert timings.
 
 use std::time::Instant;
 
