@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::guide::{same_prompt, GuideSettings, Target};
+use clipsculpt::guide::{same_prompt, unscored, GuideSettings, Target};
 use clipsculpt::pipeline::{extract_mesh, Models, RunSettings};
 use clipsculpt::toy::{classify, parse_caption};
 
@@ -91,7 +91,8 @@ fn main() -> Result<()> {
             let t = Instant::now();
             let z0 = models.run_sample(prompt, &run, &rng, &dev)?;
             let target = Target::new(&models.scorer, prompt, &models.negatives, guide.contrast)?;
-            let (z, trace, choice) = models.guide(&target, &z0, &run, &rng, &dev, |_, _| {})?;
+            let (z, trace, choice) =
+                models.guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})?;
             let secs = t.elapsed().as_secs_f64();
             // The bank is the prior sampled for every negative but the prompt, in file order;
             // the completions follow it.

@@ -184,13 +184,14 @@ impl Models {
         )?))
     }
 
-    /// The guided latent of a run from the prior's sample `z0`: exploration picks the start
+    /// The guided latent of a run from the prior's sample `z0` (with its held-aside score when the
+    /// caller has it, so it is not rendered again): exploration picks the start
     /// ([`guide::choose_start`]), then the loop refines it ([`guide::optimize`]). `generate` and
     /// `eval` both go through here.
     pub fn guide(
         &self,
         target: &Target,
-        z0: &Tensor,
+        z0: guide::Start<'_>,
         s: &RunSettings,
         rng: &Rng,
         device: &Device,
@@ -210,11 +211,15 @@ impl Models {
             &explore,
         )?;
         choice.seconds = t.elapsed().as_secs_f64();
+        let start = guide::Start {
+            latent: &start,
+            score: choice.start_score,
+        };
         let (z, trace) = guide::optimize(
             decoder,
             &self.scorer,
             target,
-            &start,
+            start,
             &s.guide,
             &mut rng.fork(stream::GUIDE),
             on_step,
@@ -544,7 +549,11 @@ pub fn generate(
     let (z, trace, start_choice) = if s.guide.steps == 0 {
         (z0.clone(), GuideTrace::default(), StartChoice::default())
     } else {
-        models.guide(&target, &z0, s, &rng, device, |step, c| {
+        let prior = guide::Start {
+            latent: &z0,
+            score: Some(before.score),
+        };
+        models.guide(&target, prior, s, &rng, device, |step, c| {
             on_progress(Progress::Step(step, c))
         })?
     };

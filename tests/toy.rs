@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
 use clipsculpt::autodiff::rng::Rng;
+use clipsculpt::guide::unscored;
 use clipsculpt::pipeline::{extract_mesh, Models};
 use clipsculpt::toy::classify;
 use clipsculpt::toy::world::{combinations, training_combinations, Colour, Shape};
@@ -137,7 +138,9 @@ fn guidance_fixes_a_held_out_shape() {
         let before = verdict(&z0);
         assert_ne!(before, Some(want), "the prior alone was already right");
         let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
-        let (z, _, choice) = m.guide(&target, &z0, &run, &rng, &dev, |_, _| {}).unwrap();
+        let (z, _, choice) = m
+            .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
+            .unwrap();
         assert!(
             choice.candidate.is_some_and(|i| i >= choice.bank_size),
             "{prompt}: the start was not a completion: {choice:?}"
@@ -160,7 +163,9 @@ fn exploration_keeps_a_right_prior_sample() {
     let rng = Rng::new(run.seed);
     let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
     let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
-    let (z, _, choice) = m.guide(&target, &z0, &run, &rng, &dev, |_, _| {}).unwrap();
+    let (z, _, choice) = m
+        .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
+        .unwrap();
     assert!(
         !choice.completion_support.is_empty(),
         "the bank had no completions"

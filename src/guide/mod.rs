@@ -12,8 +12,8 @@ pub mod target;
 
 pub use explore::Explore;
 pub use optimize::{
-    held_aside_cameras, held_aside_images, optimize, score, GuideError, GuideSettings, GuideTrace,
-    Score, AUTO_RESOLUTION_MAX, HELD_ASIDE_BACKGROUNDS,
+    held_aside_cameras, held_aside_images, optimize, score, unscored, GuideError, GuideSettings,
+    GuideTrace, Score, Start, AUTO_RESOLUTION_MAX, HELD_ASIDE_BACKGROUNDS,
 };
 pub use start::{choose_start, StartChoice};
 pub use target::{same_prompt, Target};

@@ -235,13 +235,13 @@ pub fn optimize(
     decoder: &Decoder,
     scorer: &ClipScorer,
     target: &Target,
-    latent0: &Tensor,
+    start: Start<'_>,
     s: &GuideSettings,
     rng: &mut Rng,
     mut on_step: impl FnMut(usize, f32),
 ) -> std::result::Result<(Tensor, GuideTrace), GuideError> {
     let wrap = |step| move |source| GuideError::Step { step, source };
-    let z0 = latent0.detach();
+    let z0 = start.latent.detach();
     let z = Var::from_tensor(&z0).map_err(wrap(0))?;
     let schedule = LrSchedule::warmup_cosine(s.lr, s.steps, 0.1);
     let params = ParamsAdamW {
@@ -262,10 +262,13 @@ pub fn optimize(
     let eval_res = s.eval_side(scorer.image_size());
     let held_aside = |latent: &Tensor| score(decoder, scorer, target, latent, eval_res);
     let mut trace = GuideTrace::default();
-    let start = held_aside(&z0).map_err(wrap(0))?;
-    trace.evals.push((0, start.score));
+    let start_score = match start.score {
+        Some(score) => score,
+        None => held_aside(&z0).map_err(wrap(0))?.score,
+    };
+    trace.evals.push((0, start_score));
     // The start stays unless a later evaluation beats it by the keep margin.
-    let (mut best, mut best_score) = (z0.clone(), start.score + s.keep_margin.max(0.0));
+    let (mut best, mut best_score) = (z0.clone(), start_score + s.keep_margin.max(0.0));
     let (mut bad_run, mut last_finite) = (0usize, None);
     for step in 0..s.steps {
         opt.set_learning_rate(schedule.at(step));
@@ -366,6 +369,25 @@ pub fn held_aside_images(decoder: &Decoder, latent: &Tensor, resolution: usize) 
 }
 
 /// The held-aside evaluation of `latent` (no graph): [`held_aside_images`] scored by `target`.
+/// A latent to start from, with its held-aside score ([`score`] at
+/// [`GuideSettings::eval_side`]) when the caller already has it: the score is a deterministic
+/// function of the latent, so it is not rendered again.
+#[derive(Debug, Clone, Copy)]
+pub struct Start<'a> {
+    /// The latent `(1, rows, d)`.
+    pub latent: &'a Tensor,
+    /// Its held-aside score, if known.
+    pub score: Option<f32>,
+}
+
+/// `latent` as a [`Start`] whose score is not known yet.
+pub fn unscored(latent: &Tensor) -> Start<'_> {
+    Start {
+        latent,
+        score: None,
+    }
+}
+
 pub fn score(
     decoder: &Decoder,
     scorer: &ClipScorer,

@@ -15,7 +15,7 @@ use candle_core::Tensor;
 
 use super::analogy;
 use super::explore::Explore;
-use super::optimize::{optimize, score, GuideError, GuideSettings};
+use super::optimize::{optimize, score, GuideError, GuideSettings, Start};
 use super::target::Target;
 use crate::autodiff::rng::Rng;
 use crate::clip::ClipScorer;
@@ -51,25 +51,31 @@ pub struct StartChoice {
     /// `(candidate index or None for the prior's sample, score after the probe steps)` of each
     /// refinement probe.
     pub probes: Vec<(Option<usize>, f32)>,
+    /// Held-aside score of the returned start at the full side, when known (not after
+    /// refinement probes): the loop starts from it without rendering again.
+    pub start_score: Option<f32>,
     /// Wall seconds of the exploration, the bank's sampling included (set by the caller that
     /// samples the bank).
     pub seconds: f64,
 }
 
-/// Chooses the latent to optimize from the prior's sample `z0 (1, rows, d)` and `bank`
-/// `(n, rows, d)` (may be empty). Returns the start and how it was chosen.
+/// Chooses the latent to optimize from the prior's sample `prior (1, rows, d)` (with its
+/// held-aside score when the caller has it) and `bank` `(n, rows, d)` (may be empty). Returns the
+/// start and how it was chosen ([`StartChoice::start_score`]: the start's score, when known).
 pub fn choose_start(
     decoder: &Decoder,
     scorer: &ClipScorer,
     target: &Target,
-    z0: &Tensor,
+    prior: Start<'_>,
     bank: Option<&Tensor>,
     s: &GuideSettings,
     rng: &Rng,
 ) -> Result<(Tensor, StartChoice), GuideError> {
     let wrap = |source| GuideError::Step { step: 0, source };
+    let z0 = prior.latent;
     let mut choice = StartChoice::default();
     let Some(bank) = bank.filter(|_| s.explore != Explore::Off) else {
+        choice.start_score = prior.score;
         return Ok((z0.clone(), choice));
     };
     let mut candidates: Vec<Tensor> = (0..bank.dim(0).map_err(wrap)?)
@@ -113,15 +119,22 @@ pub fn choose_start(
         choice.finalists.push((i, sc));
     }
     choice.finalists.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let prior_score = held_aside(z0, side).map_err(wrap)?;
+    let prior_score = match prior.score {
+        Some(score) => score,
+        None => held_aside(z0, side).map_err(wrap)?,
+    };
     choice.prior_score = Some(prior_score);
     if s.explore_refine == 0 {
         return Ok(match choice.finalists.first() {
             Some(&(i, sc)) if sc >= prior_score + s.switch_margin => {
                 choice.candidate = Some(i);
+                choice.start_score = Some(sc);
                 (candidates[i].clone(), choice)
             }
-            _ => (z0.clone(), choice),
+            _ => {
+                choice.start_score = Some(prior_score);
+                (z0.clone(), choice)
+            }
         });
     }
     let order: Vec<usize> = choice.finalists.iter().map(|f| f.0).collect();
@@ -133,7 +146,13 @@ pub fn choose_start(
     let mut refined_prior = f32::NEG_INFINITY;
     let starts = std::iter::once(None).chain(order.into_iter().take(s.explore_refine).map(Some));
     for (k, which) in starts.enumerate() {
-        let start = which.map_or(z0, |i| &candidates[i]);
+        let start = Start {
+            latent: which.map_or(z0, |i| &candidates[i]),
+            score: match which {
+                None => Some(prior_score),
+                Some(i) => choice.finalists.iter().find(|f| f.0 == i).map(|f| f.1),
+            },
+        };
         let (z, trace) = optimize(
             decoder,
             scorer,

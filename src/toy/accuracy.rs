@@ -9,7 +9,7 @@ use candle_core::{Device, Tensor};
 use super::eval::{classify, Classification, EvalError};
 use super::report::EvalTable;
 use crate::autodiff::rng::Rng;
-use crate::guide::Target;
+use crate::guide::{unscored, Target};
 use crate::pipeline::{extract_mesh, Models, RunSettings};
 
 /// Prior-only vs guided accuracy of the toy world: for every prompt and seed, classify the mesh
@@ -51,7 +51,8 @@ pub fn evaluate(
                 };
             outcome(&mut tables[0], &before, prior_secs)?;
             let t = Instant::now();
-            let (z, trace, choice) = models.guide(&target, &z0, s, &rng, device, |_, _| {})?;
+            let (z, trace, choice) =
+                models.guide(&target, unscored(&z0), s, &rng, device, |_, _| {})?;
             let after = judge(&z)?;
             outcome(
                 &mut tables[1],
