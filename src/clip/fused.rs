@@ -1,7 +1,7 @@
 //! One CLIP encoder layer as a single graph node on the CPU: LayerNorm, attention, residuals and
 //! the QuickGELU MLP on plain arrays, with a hand-written backward to the layer's input.
 //!
-//! Composed from candle ops a layer makes about forty tensors (each a fresh allocation and a pass
+//! Composed from candle ops a layer makes dozens of tensors (each a fresh allocation and a pass
 //! of candle's elementwise thread pool, the heads transposed and copied twice); here every matrix
 //! product goes straight from the weights' storage into a preallocated buffer (`gemm`, the bias
 //! written first and the product added), the per-head products read the heads in place through
