@@ -6,6 +6,7 @@ pub mod analogy;
 pub mod augment;
 pub mod explore;
 pub mod optimize;
+pub mod sampling;
 pub mod schedule;
 pub mod start;
 pub mod target;
@@ -15,6 +16,7 @@ pub use optimize::{
     held_aside_cameras, held_aside_images, optimize, score, unscored, GuideError, GuideSettings,
     GuideTrace, Score, Start, AUTO_RESOLUTION_MAX, HELD_ASIDE_BACKGROUNDS,
 };
+pub use sampling::{guided_sample, GuidedStep, LatentLoss, SamplingGuidance, SamplingTrace};
 pub use start::{choose_start, StartChoice};
 pub use target::{same_prompt, Target};
 

@@ -24,5 +24,5 @@ pub use error::LoadError;
 pub use latent::{load_latent, save_latent};
 pub use model::{SamplingDefaults, ShapE, SAMPLING_FILE};
 pub use prior::PriorTransformer;
-pub use sampler::{condition, initial_noise, sample_latents_from, unconditional};
+pub use sampler::{condition, initial_noise, sample_latents_from, unconditional, Denoiser};
 pub use scheduler::HeunDiscreteScheduler;

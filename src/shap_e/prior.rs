@@ -8,11 +8,13 @@
 //! latent tokens only; no attention mask; output channels `[0, embedding_dim)` are the x0
 //! prediction (the rest are the discarded variance logits).
 
+use std::sync::{Arc, Mutex};
+
 use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 use super::config::{Activation, NormType, PriorConfig};
-use crate::autodiff::checkpoint::{run_chain, Block, Policy};
+use crate::autodiff::checkpoint::{measure_costs, run_chain, Block, BlockCost, Plan, Policy};
 use crate::autodiff::nn::{layer_norm, linear, param, LayerNorm, Linear};
 use crate::autodiff::ops;
 
@@ -157,6 +159,8 @@ pub struct PriorTransformer {
     norm_out: LayerNorm,
     proj_to_clip_embeddings: Linear,
     cfg: PriorConfig,
+    /// One block's measured memory cost and the input shape it was measured at (budget plans).
+    block_costs: Arc<Mutex<Option<(Vec<usize>, BlockCost)>>>,
 }
 
 impl PriorTransformer {
@@ -201,6 +205,7 @@ impl PriorTransformer {
                 vb.pp("proj_to_clip_embeddings"),
             )?,
             cfg: cfg.clone(),
+            block_costs: Arc::default(),
         })
     }
 
@@ -276,17 +281,64 @@ impl PriorTransformer {
         if let Some(norm) = &self.norm_in {
             h = norm.forward(&h)?;
         }
-        let plan = policy
-            .plan(self.transformer_blocks.len(), None)
-            .map_err(|e| candle_core::Error::Msg(format!("prior checkpoint plan: {e}")))?;
+        let plan = self.plan(policy, &h)?;
         let h = run_chain(&self.transformer_blocks, &h, &[], &plan)?;
         let h = self.norm_out.forward(&h)?.narrow(1, 2, rows)?;
         self.proj_to_clip_embeddings.forward(&h)
     }
 
-    /// The x0 prediction: the first `embedding_dim` output channels of [`Self::forward`].
-    pub fn predict_x0(&self, x: &Tensor, timestep: f32, proj_embedding: &Tensor) -> Result<Tensor> {
-        self.forward(x, timestep, proj_embedding)?
+    /// The x0 prediction: the first `embedding_dim` output channels of
+    /// [`Self::forward_with_policy`].
+    pub fn predict_x0(
+        &self,
+        x: &Tensor,
+        timestep: f32,
+        proj_embedding: &Tensor,
+        policy: &Policy,
+    ) -> Result<Tensor> {
+        self.forward_with_policy(x, timestep, proj_embedding, policy)?
             .narrow(2, 0, self.cfg.embedding_dim)
+    }
+
+    /// The checkpoint plan of the blocks for a batch of `batch` under `policy` (see
+    /// [`Self::plan`]).
+    pub fn block_plan(&self, policy: &Policy, batch: usize) -> Result<Plan> {
+        let cfg = &self.cfg;
+        let dtype = self.positional_embedding.dtype();
+        let dev = self.positional_embedding.device();
+        let h = Tensor::zeros((batch, cfg.num_embeddings + 2, cfg.inner_dim()), dtype, dev)?;
+        self.plan(policy, &h)
+    }
+
+    /// The checkpoint plan of the blocks for input `h`. A byte budget needs the blocks' memory
+    /// costs: every block has the same shape, so one block is measured (forward and backward on
+    /// the CPU's counting allocator) and its cost, cached per input shape, stands for all.
+    fn plan(&self, policy: &Policy, h: &Tensor) -> Result<Plan> {
+        let n = self.transformer_blocks.len();
+        let costs = match (policy, self.transformer_blocks.first()) {
+            (Policy::Budget(_), Some(first)) => self.block_cost(first, h)?.map(|c| vec![c; n]),
+            _ => None,
+        };
+        policy
+            .plan(n, costs.as_deref())
+            .map_err(|e| candle_core::Error::Msg(format!("prior checkpoint plan: {e}")))
+    }
+
+    /// One block's measured cost for inputs shaped like `h` (cached); `None` where the counting
+    /// allocator is not installed or the device is not the CPU.
+    fn block_cost(&self, block: &PriorBlock, h: &Tensor) -> Result<Option<BlockCost>> {
+        let mut cache = self
+            .block_costs
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("prior cost cache poisoned".into()))?;
+        if let Some((_, cost)) = cache.as_ref().filter(|(s, _)| s == h.dims()) {
+            return Ok(Some(*cost));
+        }
+        let cost = measure_costs(std::slice::from_ref(block), h, &[])?
+            .and_then(|c| c.first().copied());
+        if let Some(c) = cost {
+            *cache = Some((h.dims().to_vec(), c));
+        }
+        Ok(cost)
     }
 }

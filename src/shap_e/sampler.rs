@@ -7,6 +7,7 @@ use candle_core::{Result, Tensor, D};
 use super::config::SchedulerConfig;
 use super::prior::PriorTransformer;
 use super::scheduler::HeunDiscreteScheduler;
+use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 
 /// Guidance scale used by every documented Shap-E example (the pipeline's own default is 4).
@@ -42,11 +43,79 @@ pub fn initial_noise(
     .to_dtype(text_embeds.dtype())
 }
 
+/// The classifier-free-guided denoiser of one sampling run: the prior with the prompts'
+/// conditioning and (when guided) the zero embedding, both branches evaluated as one batch.
+pub struct Denoiser<'a> {
+    prior: &'a PriorTransformer,
+    /// `[unconditional; conditional]` (guided) or the conditioning alone, `(2B or B, dim)`.
+    embeds: Tensor,
+    batch: usize,
+    guidance_scale: f32,
+}
+
+impl<'a> Denoiser<'a> {
+    /// The denoiser for raw CLIP `text_embeds (B, dim)` with classifier-free guidance
+    /// `guidance_scale` (off when ≤ 1).
+    pub fn new(prior: &'a PriorTransformer, text_embeds: &Tensor, guidance_scale: f32) -> Result<Self> {
+        let batch = text_embeds.dim(0)?;
+        let want = prior.config().embedding_proj_dim();
+        if text_embeds.dim(1)? != want {
+            candle_core::bail!(
+                "text embeddings {:?} do not match the prior's embedding_proj_dim {want}",
+                text_embeds.shape()
+            );
+        }
+        let cond = condition(text_embeds)?;
+        let embeds = if guidance_scale > 1.0 {
+            Tensor::cat(&[unconditional(&cond)?, cond], 0)?
+        } else {
+            cond
+        };
+        Ok(Self {
+            prior,
+            embeds,
+            batch,
+            guidance_scale,
+        })
+    }
+
+    /// The sampler state `(B, num_embeddings, embedding_dim)` at the first step: standard-normal
+    /// `noise (B, num_embeddings·embedding_dim)` times the initial sigma (as diffusers does).
+    pub fn initial_state(&self, sched: &HeunDiscreteScheduler, noise: &Tensor) -> Result<Tensor> {
+        let cfg = self.prior.config();
+        noise.reshape((self.batch, cfg.num_embeddings, cfg.embedding_dim))?
+            * sched.init_noise_sigma() as f64
+    }
+
+    /// The guided x0 prediction (before the scheduler clips it) for the state `x` at the
+    /// scheduler's current timestep, the prior's blocks run under `policy`. Differentiable with
+    /// respect to `x` when `x` tracks a gradient.
+    pub fn x0(&self, sched: &HeunDiscreteScheduler, x: &Tensor, policy: &Policy) -> Result<Tensor> {
+        let t = sched.current_timestep()?;
+        let guided = self.guidance_scale > 1.0;
+        let input = if guided {
+            Tensor::cat(&[x, x], 0)?
+        } else {
+            x.clone()
+        };
+        let out = self
+            .prior
+            .predict_x0(&sched.scale_model_input(&input)?, t, &self.embeds, policy)?;
+        if guided {
+            let b = self.batch;
+            let (u, c) = (out.narrow(0, 0, b)?, out.narrow(0, b, b)?);
+            &u + ((c - &u)? * self.guidance_scale as f64)?
+        } else {
+            Ok(out)
+        }
+    }
+}
+
 /// Samples latents `(B, num_embeddings, embedding_dim)` in `[−1, 1]` for `text_embeds (B, dim)`
 /// (raw CLIP text embeddings) with `scheduler`, `steps` Heun steps and classifier-free guidance
 /// `guidance_scale` (off when ≤ 1), from standard-normal `noise`
-/// `(B, num_embeddings·embedding_dim)` ([`initial_noise`]; scaled by the initial sigma here, as
-/// diffusers does). `ShapE::sample` draws the noise and uses the pipeline's scheduler.
+/// `(B, num_embeddings·embedding_dim)` ([`initial_noise`]). `ShapE::sample` draws the noise and
+/// uses the pipeline's scheduler.
 pub fn sample_latents_from(
     prior: &PriorTransformer,
     scheduler: &SchedulerConfig,
@@ -55,39 +124,11 @@ pub fn sample_latents_from(
     steps: usize,
     guidance_scale: f32,
 ) -> Result<Tensor> {
-    let cfg = prior.config();
-    let b = text_embeds.dim(0)?;
-    if text_embeds.dim(1)? != cfg.embedding_proj_dim() {
-        candle_core::bail!(
-            "text embeddings {:?} do not match the prior's embedding_proj_dim {}",
-            text_embeds.shape(),
-            cfg.embedding_proj_dim()
-        );
-    }
+    let denoiser = Denoiser::new(prior, text_embeds, guidance_scale)?;
     let mut sched = HeunDiscreteScheduler::new(scheduler, steps)?;
-    let guided = guidance_scale > 1.0;
-    let cond = condition(text_embeds)?;
-    let embeds = if guided {
-        Tensor::cat(&[unconditional(&cond)?, cond], 0)?
-    } else {
-        cond
-    };
-    let mut x = (noise.reshape((b, cfg.num_embeddings, cfg.embedding_dim))?
-        * sched.init_noise_sigma() as f64)?;
+    let mut x = denoiser.initial_state(&sched, noise)?;
     for _ in 0..sched.timesteps().len() {
-        let t = sched.current_timestep()?;
-        let input = if guided {
-            Tensor::cat(&[&x, &x], 0)?
-        } else {
-            x.clone()
-        };
-        let out = prior.predict_x0(&sched.scale_model_input(&input)?, t, &embeds)?;
-        let out = if guided {
-            let (u, c) = (out.narrow(0, 0, b)?, out.narrow(0, b, b)?);
-            (&u + ((c - &u)? * guidance_scale as f64)?)?
-        } else {
-            out
-        };
+        let out = denoiser.x0(&sched, &x, &Policy::None)?;
         x = sched.step(&out, &x)?;
     }
     Ok(x)

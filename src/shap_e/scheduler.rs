@@ -210,6 +210,28 @@ impl HeunDiscreteScheduler {
         self.dt.is_none()
     }
 
+    /// Whether the next evaluation starts a Heun step (the predictor at its σ), as opposed to
+    /// the corrector that completes the previous one.
+    pub fn starts_step(&self) -> bool {
+        self.first_order()
+    }
+
+    /// `(σ_i, σ_{i+1})` of the Heun step the next evaluation belongs to.
+    pub fn step_sigmas(&self) -> (f32, f32) {
+        let i = self.step_index.min(self.sigmas.len() - 2);
+        if self.first_order() {
+            (self.sigmas[i], self.sigmas[i + 1])
+        } else {
+            (self.sigmas[i - 1], self.sigmas[i])
+        }
+    }
+
+    /// The Heun step (0-based, of the `steps` given to [`Self::new`]) the next evaluation belongs
+    /// to.
+    pub fn step_number(&self) -> usize {
+        self.step_index / 2
+    }
+
     /// Advances by one model evaluation: `model_output` is the (guided) model output at the
     /// current timestep, `sample` the current latent. Returns the next latent.
     pub fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor> {

@@ -191,7 +191,8 @@ pub struct ShapESizes {
     pub d_latent: usize,
     /// Prior transformer layers.
     pub prior_layers: usize,
-    /// Prior transformer width (4 attention heads); `None`: `d_latent` with 2 heads.
+    /// Prior transformer width (heads of 64, as the published prior's 16 × 64; 4 heads when
+    /// narrower than 256); `None`: `d_latent` with 2 heads.
     pub prior_width: Option<usize>,
     /// Width of the prior's text tower and its projection.
     pub text_width: usize,
@@ -220,6 +221,7 @@ pub fn write_random_shap_e(root: &Path, sizes: ShapESizes, seed: u64) -> Result<
         text_width,
     } = sizes;
     let (heads, head_dim) = match prior_width {
+        Some(w) if w >= 256 && w % 64 == 0 => (w / 64, 64),
         Some(w) => (4, w / 4),
         None => (2, d_latent / 2),
     };

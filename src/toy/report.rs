@@ -1,24 +1,20 @@
-//! [`EvalTable`]: per-prompt verdicts of the toy evaluator aggregated into shape, colour and both-correct
-//! accuracy, split into combinations the toy prior trained on ("seen") and [`super::world::HELD_OUT`] ones.
-//! Printable as a markdown table, serialisable to JSON.
+//! [`EvalTable`]: per-run verdicts of the toy evaluator, with the attribution of each run (the
+//! verdict on the latent a guided stage started from and on the one it exported), aggregated per
+//! mode into seen and held-out accuracy. Accuracy is counted over distinct objects (a combination
+//! is right when most of its seeds are), with a 95 % Wilson interval, because the toy prior's
+//! samples barely depend on the seed. Printable as markdown, serialisable to JSON.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::caption::parse_caption;
 use super::eval::{Classification, EvalError};
-use super::world::{is_held_out, Colour, Shape};
+use super::world::{Colour, Shape};
 
-/// One evaluated prompt.
+/// The evaluator's verdict on one latent's mesh.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EvalRecord {
-    /// The prompt as given.
-    pub prompt: String,
-    /// The shape the prompt names.
-    pub expected_shape: Shape,
-    /// The colour the prompt names.
-    pub expected_colour: Colour,
-    /// Whether the combination is held out of the prior's training set.
-    pub held_out: bool,
+pub struct Verdict {
     /// The evaluator's shape, `None` when the mesh could not be judged.
     pub shape: Option<Shape>,
     /// The evaluator's colour, `None` when the mesh could not be judged.
@@ -26,67 +22,95 @@ pub struct EvalRecord {
     /// IoU of the predicted shape.
     pub shape_iou: Option<f32>,
     /// Connected components of the mesh, when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub components: Option<usize>,
     /// Euler characteristic of the mesh, when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub euler: Option<i64>,
-    /// Held-aside guidance score of the start and of the exported latent (guided runs only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scores: Option<[f32; 2]>,
     /// Why the mesh could not be judged (an empty surface counts as wrong).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Seconds spent generating this prompt's mesh.
+}
+
+impl Verdict {
+    /// The verdict of a classification, or of the reason there is none.
+    pub fn of(outcome: Result<&Classification, &EvalError>) -> Self {
+        match outcome {
+            Ok(c) => Self {
+                shape: Some(c.shape),
+                colour: Some(c.colour),
+                shape_iou: Some(c.shape_iou),
+                components: Some(c.components),
+                euler: Some(c.euler),
+                error: None,
+            },
+            Err(e) => Self {
+                shape: None,
+                colour: None,
+                shape_iou: None,
+                components: None,
+                euler: None,
+                error: Some(e.to_string()),
+            },
+        }
+    }
+
+    /// Whether both shape and colour are the expected ones.
+    pub fn right(&self, shape: Shape, colour: Colour) -> bool {
+        self.shape == Some(shape) && self.colour == Some(colour)
+    }
+}
+
+/// Where a guided stage started and what it made of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attribution {
+    /// The start: `prior sample`, `unguided sample` (guided sampling's twin from the same
+    /// noise), `bank N` or `completion N` (exploration).
+    pub start: String,
+    /// The verdict on the start's mesh.
+    pub start_verdict: Verdict,
+    /// Held-aside score of the start and of the export, when the stage scored them.
+    pub scores: Option<[f32; 2]>,
+    /// Optimization steps of the exported latent (0: the start was kept), for latent stages.
+    pub export_step: Option<usize>,
+    /// Whether the exported latent differs from the start.
+    pub moved: bool,
+}
+
+/// One evaluated run: a prompt, a seed and a mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalRecord {
+    /// The prompt as given.
+    pub prompt: String,
+    /// The mode (`prior`, `latent`, `explore`, `sampling`, `both`).
+    pub mode: String,
+    /// The seed.
+    pub seed: u64,
+    /// The shape the prompt names.
+    pub expected_shape: Shape,
+    /// The colour the prompt names.
+    pub expected_colour: Colour,
+    /// Whether the combination is held out of the prior's training set.
+    pub held_out: bool,
+    /// The verdict on the exported latent.
+    pub export: Verdict,
+    /// The guided stage's start and what it did, for guided modes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
+    /// Seconds this run took (the prior's sample included).
     pub seconds: f64,
 }
 
 impl EvalRecord {
-    /// Whether the shape is right.
-    pub fn shape_correct(&self) -> bool {
-        self.shape == Some(self.expected_shape)
+    /// Whether the export's shape and colour are both right.
+    pub fn right(&self) -> bool {
+        self.export.right(self.expected_shape, self.expected_colour)
     }
 
-    /// Whether the colour is right.
-    pub fn colour_correct(&self) -> bool {
-        self.colour == Some(self.expected_colour)
+    /// Whether the start's verdict was right, for guided modes.
+    pub fn start_right(&self) -> Option<bool> {
+        self.attribution
+            .as_ref()
+            .map(|a| a.start_verdict.right(self.expected_shape, self.expected_colour))
     }
-}
-
-/// Accuracies over a set of records; `None` for an empty set.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SplitSummary {
-    /// Records in the split.
-    pub prompts: usize,
-    /// Fraction with the right shape.
-    pub shape_accuracy: Option<f64>,
-    /// Fraction with the right colour.
-    pub colour_accuracy: Option<f64>,
-    /// Fraction with both right.
-    pub both_accuracy: Option<f64>,
-    /// Mean IoU of the predicted shape over judged meshes.
-    pub mean_iou: Option<f64>,
-    /// Meshes that could not be judged.
-    pub failed: usize,
-    /// Fraction of judged meshes in one connected piece.
-    pub one_piece: Option<f64>,
-    /// Mean Euler characteristic over judged meshes.
-    pub mean_euler: Option<f64>,
-    /// Guided records whose exported latent scored below the start (should be 0).
-    pub score_drops: usize,
-    /// Mean seconds per prompt.
-    pub seconds_per_prompt: Option<f64>,
-}
-
-/// The three splits.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct EvalSummary {
-    /// Every record.
-    pub all: SplitSummary,
-    /// Combinations the prior trained on.
-    pub seen: SplitSummary,
-    /// Held-out combinations.
-    pub held_out: SplitSummary,
 }
 
 /// A prompt that names no toy combination, so it cannot be scored.
@@ -97,17 +121,90 @@ pub struct EvalSummary {
 )]
 pub struct UnknownPrompt(pub String);
 
-/// Per-prompt results and their aggregates.
+/// A proportion over distinct objects with its 95 % Wilson interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Share {
+    /// Objects counted right.
+    pub right: usize,
+    /// Objects.
+    pub of: usize,
+    /// Lower and upper bounds of the 95 % Wilson score interval.
+    pub interval: [f64; 2],
+}
+
+impl Share {
+    /// `right` of `of`, with its interval.
+    pub fn new(right: usize, of: usize) -> Self {
+        Self {
+            right,
+            of,
+            interval: wilson(right, of),
+        }
+    }
+
+    fn markdown(&self) -> String {
+        if self.of == 0 {
+            return "–".into();
+        }
+        let [lo, hi] = self.interval.map(|v| 100.0 * v);
+        format!("{}/{} ({lo:.0}–{hi:.0} %)", self.right, self.of)
+    }
+}
+
+/// The 95 % Wilson score interval of `k` successes in `n` trials.
+pub fn wilson(k: usize, n: usize) -> [f64; 2] {
+    if n == 0 {
+        return [0.0, 1.0];
+    }
+    let (z, n, p) = (1.959_964, n as f64, k as f64 / n as f64);
+    let centre = (p + z * z / (2.0 * n)) / (1.0 + z * z / n);
+    let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / (1.0 + z * z / n);
+    [(centre - half).max(0.0), (centre + half).min(1.0)]
+}
+
+/// One mode's results on one split.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SplitSummary {
+    /// Runs.
+    pub runs: usize,
+    /// Runs with shape and colour both right.
+    pub runs_right: usize,
+    /// Objects (combinations) right on most of their seeds.
+    pub objects: Share,
+    /// Mean IoU of the predicted shape over judged meshes.
+    pub mean_iou: Option<f64>,
+    /// Share of judged meshes in one connected piece.
+    pub one_piece: Option<f64>,
+    /// Runs whose mesh could not be judged.
+    pub failed: usize,
+    /// Guided runs whose start was wrong and whose export is right.
+    pub wrong_to_right: usize,
+    /// Guided runs whose start was right and whose export is wrong.
+    pub right_to_wrong: usize,
+    /// Guided runs whose exported latent differs from the start.
+    pub moved: usize,
+    /// Guided runs (with an attribution).
+    pub guided: usize,
+    /// Mean held-aside score gain of the export over the start, where both were scored.
+    pub mean_gain: Option<f64>,
+    /// Mean seconds per run.
+    pub seconds_per_run: Option<f64>,
+}
+
+/// Per-run records of every mode and their aggregates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvalTable {
     /// The records, in the order pushed.
     pub records: Vec<EvalRecord>,
 }
 
-#[derive(Serialize)]
-struct Json<'a> {
-    summary: EvalSummary,
-    records: &'a [EvalRecord],
+/// A mode's summary on the seen and the held-out split.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ModeSummary {
+    /// Combinations the prior trained on.
+    pub seen: SplitSummary,
+    /// Held-out combinations.
+    pub held_out: SplitSummary,
 }
 
 impl EvalTable {
@@ -116,82 +213,74 @@ impl EvalTable {
         Self::default()
     }
 
-    /// Adds the verdict on `prompt`'s mesh (or why there is none) and the seconds it took to generate.
-    pub fn push(
-        &mut self,
-        prompt: &str,
-        outcome: Result<&Classification, &EvalError>,
-        seconds: f64,
-    ) -> Result<(), UnknownPrompt> {
-        let (expected_shape, expected_colour) =
-            parse_caption(prompt).ok_or_else(|| UnknownPrompt(prompt.to_string()))?;
-        let (shape, colour, shape_iou, error) = match outcome {
-            Ok(c) => (Some(c.shape), Some(c.colour), Some(c.shape_iou), None),
-            Err(e) => (None, None, None, Some(e.to_string())),
-        };
-        let (components, euler) = match outcome {
-            Ok(c) => (Some(c.components), Some(c.euler)),
-            Err(_) => (None, None),
-        };
-        self.records.push(EvalRecord {
-            prompt: prompt.to_string(),
-            expected_shape,
-            expected_colour,
-            held_out: is_held_out(expected_shape, expected_colour),
-            shape,
-            colour,
-            shape_iou,
-            components,
-            euler,
-            scores: None,
-            error,
-            seconds,
-        });
-        Ok(())
+    /// The expected shape and colour of `prompt`.
+    pub fn expected(prompt: &str) -> Result<(Shape, Colour), UnknownPrompt> {
+        parse_caption(prompt).ok_or_else(|| UnknownPrompt(prompt.to_string()))
     }
 
-    /// Records the held-aside guidance scores `[start, exported]` of the last record.
-    pub fn set_last_scores(&mut self, scores: [f32; 2]) {
-        if let Some(r) = self.records.last_mut() {
-            r.scores = Some(scores);
+    /// Adds a record.
+    pub fn push(&mut self, record: EvalRecord) {
+        self.records.push(record);
+    }
+
+    /// The modes, in the order first seen.
+    pub fn modes(&self) -> Vec<String> {
+        let mut modes: Vec<String> = Vec::new();
+        for r in &self.records {
+            if !modes.contains(&r.mode) {
+                modes.push(r.mode.clone());
+            }
         }
+        modes
     }
 
-    /// Accuracies over all, seen and held-out records.
-    pub fn summary(&self) -> EvalSummary {
-        let split = |keep: &dyn Fn(&EvalRecord) -> bool| {
-            summarise(self.records.iter().filter(|r| keep(r)).collect())
-        };
-        EvalSummary {
-            all: split(&|_| true),
-            seen: split(&|r| !r.held_out),
-            held_out: split(&|r| r.held_out),
-        }
+    /// Every mode's summary, by mode.
+    pub fn summary(&self) -> BTreeMap<String, ModeSummary> {
+        self.modes()
+            .into_iter()
+            .map(|m| {
+                let of = |held: bool| {
+                    summarise(
+                        self.records
+                            .iter()
+                            .filter(|r| r.mode == m && r.held_out == held)
+                            .collect(),
+                    )
+                };
+                let s = ModeSummary {
+                    seen: of(false),
+                    held_out: of(true),
+                };
+                (m, s)
+            })
+            .collect()
     }
 
-    /// The summary as a markdown table, one row per split.
+    /// One markdown table: a row per mode, both splits, attribution columns.
     pub fn to_markdown(&self) -> String {
-        let s = self.summary();
-        let pct = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{:.1} %", 100.0 * v));
-        let num = |v: Option<f64>, digits: usize| {
-            v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
-        };
+        let summary = self.summary();
         let mut out = String::from(
-            "| split | prompts | shape | colour | both | mean IoU | one piece | mean χ | failed | s/prompt |\n\
-             |---|---|---|---|---|---|---|---|---|---|\n",
+            "| mode | held-out both right (objects, 95 % CI) | seen both right (objects, 95 % CI) | held-out runs right | seen runs right | mean IoU held-out / seen | one piece | wrong → right | right → wrong | export ≠ start | gain over start | s/run |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
-        for (name, x) in [("all", s.all), ("seen", s.seen), ("held-out", s.held_out)] {
+        for mode in self.modes() {
+            let ModeSummary { seen, held_out } = summary[&mode];
             out.push_str(&format!(
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                x.prompts,
-                pct(x.shape_accuracy),
-                pct(x.colour_accuracy),
-                pct(x.both_accuracy),
-                num(x.mean_iou, 3),
-                pct(x.one_piece),
-                num(x.mean_euler, 2),
-                x.failed,
-                num(x.seconds_per_prompt, 2),
+                "| {mode} | {} | {} | {}/{} | {}/{} | {} / {} | {} | {} | {} | {} | {} | {} |\n",
+                held_out.objects.markdown(),
+                seen.objects.markdown(),
+                held_out.runs_right,
+                held_out.runs,
+                seen.runs_right,
+                seen.runs,
+                num(held_out.mean_iou, 3),
+                num(seen.mean_iou, 3),
+                pct(both_mean(held_out.one_piece, seen.one_piece, held_out.runs, seen.runs)),
+                guided(held_out.wrong_to_right + seen.wrong_to_right, &held_out, &seen),
+                guided(held_out.right_to_wrong + seen.right_to_wrong, &held_out, &seen),
+                guided(held_out.moved + seen.moved, &held_out, &seen),
+                num(both_mean(held_out.mean_gain, seen.mean_gain, 1, 1), 3),
+                num(both_mean(held_out.seconds_per_run, seen.seconds_per_run, held_out.runs, seen.runs), 2),
             ));
         }
         out
@@ -199,6 +288,11 @@ impl EvalTable {
 
     /// The summary and every record as pretty JSON.
     pub fn to_json(&self) -> serde_json::Result<String> {
+        #[derive(Serialize)]
+        struct Json<'a> {
+            summary: BTreeMap<String, ModeSummary>,
+            records: &'a [EvalRecord],
+        }
         serde_json::to_string_pretty(&Json {
             summary: self.summary(),
             records: &self.records,
@@ -206,30 +300,62 @@ impl EvalTable {
     }
 }
 
+fn pct(v: Option<f64>) -> String {
+    v.map_or("–".to_string(), |v| format!("{:.0} %", 100.0 * v))
+}
+
+fn num(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".to_string(), |v| format!("{v:.digits$}"))
+}
+
+/// A count over the guided runs of both splits (`–` for unguided modes).
+fn guided(count: usize, a: &SplitSummary, b: &SplitSummary) -> String {
+    match a.guided + b.guided {
+        0 => "–".into(),
+        n => format!("{count}/{n}"),
+    }
+}
+
+/// The weighted mean of two splits' means (`None` where both are `None`).
+fn both_mean(a: Option<f64>, b: Option<f64>, wa: usize, wb: usize) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some((a * wa as f64 + b * wb as f64) / (wa + wb).max(1) as f64),
+        (a, b) => a.or(b),
+    }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
 fn summarise(records: Vec<&EvalRecord>) -> SplitSummary {
-    let n = records.len();
-    let frac = |count: usize| (n > 0).then(|| count as f64 / n as f64);
     let count = |f: &dyn Fn(&EvalRecord) -> bool| records.iter().filter(|r| f(r)).count();
-    let judged: Vec<&&EvalRecord> = records.iter().filter(|r| r.components.is_some()).collect();
-    let over_judged = |f: &dyn Fn(&EvalRecord) -> f64| {
-        (!judged.is_empty()).then(|| judged.iter().map(|r| f(r)).sum::<f64>() / judged.len() as f64)
-    };
-    let ious: Vec<f64> = records
-        .iter()
-        .filter_map(|r| r.shape_iou.map(f64::from))
-        .collect();
+    let judged = || records.iter().filter(|r| r.export.components.is_some());
+    let mut by_object: BTreeMap<(Shape, Colour), (usize, usize)> = BTreeMap::new();
+    for r in &records {
+        let e = by_object
+            .entry((r.expected_shape, r.expected_colour))
+            .or_default();
+        *e = (e.0 + usize::from(r.right()), e.1 + 1);
+    }
+    let objects_right = by_object.values().filter(|(k, n)| 2 * k > *n).count();
     SplitSummary {
-        prompts: n,
-        shape_accuracy: frac(count(&|r| r.shape_correct())),
-        colour_accuracy: frac(count(&|r| r.colour_correct())),
-        both_accuracy: frac(count(&|r| r.shape_correct() && r.colour_correct())),
-        mean_iou: (!ious.is_empty()).then(|| ious.iter().sum::<f64>() / ious.len() as f64),
-        failed: count(&|r| r.error.is_some()),
-        one_piece: over_judged(&|r| f64::from(u8::from(r.components == Some(1)))),
-        mean_euler: over_judged(&|r| r.euler.unwrap_or(0) as f64),
-        score_drops: count(&|r| r.scores.is_some_and(|[b, a]| a < b)),
-        seconds_per_prompt: (n > 0)
-            .then(|| records.iter().map(|r| r.seconds).sum::<f64>() / n as f64),
+        runs: records.len(),
+        runs_right: count(&|r| r.right()),
+        objects: Share::new(objects_right, by_object.len()),
+        mean_iou: mean(records.iter().filter_map(|r| r.export.shape_iou.map(f64::from))),
+        one_piece: mean(judged().map(|r| f64::from(u8::from(r.export.components == Some(1))))),
+        failed: count(&|r| r.export.error.is_some()),
+        wrong_to_right: count(&|r| r.start_right() == Some(false) && r.right()),
+        right_to_wrong: count(&|r| r.start_right() == Some(true) && !r.right()),
+        moved: count(&|r| r.attribution.as_ref().is_some_and(|a| a.moved)),
+        guided: count(&|r| r.attribution.is_some()),
+        mean_gain: mean(records.iter().filter_map(|r| {
+            let [start, export] = r.attribution.as_ref()?.scores?;
+            Some(f64::from(export - start))
+        })),
+        seconds_per_run: mean(records.iter().map(|r| r.seconds)),
     }
 }
 
@@ -238,8 +364,8 @@ mod tests {
     use super::*;
     use crate::toy::eval::ShapeScore;
 
-    fn verdict(shape: Shape, colour: Colour) -> Classification {
-        Classification {
+    fn verdict(shape: Shape, colour: Colour) -> Verdict {
+        Verdict::of(Ok(&Classification {
             shape,
             shape_iou: 0.9,
             ranking: vec![ShapeScore {
@@ -252,50 +378,70 @@ mod tests {
             mean_colour: colour.linear(),
             components: 1,
             euler: 2,
+        }))
+    }
+
+    fn record(prompt: &str, mode: &str, seed: u64, export: Verdict, start: Option<Verdict>) -> EvalRecord {
+        let (expected_shape, expected_colour) = EvalTable::expected(prompt).unwrap();
+        EvalRecord {
+            prompt: prompt.into(),
+            mode: mode.into(),
+            seed,
+            expected_shape,
+            expected_colour,
+            held_out: crate::toy::is_held_out(expected_shape, expected_colour),
+            attribution: start.map(|v| Attribution {
+                start: "prior sample".into(),
+                moved: v != export,
+                start_verdict: v,
+                scores: Some([0.5, 0.6]),
+                export_step: Some(5),
+            }),
+            export,
+            seconds: 2.0,
         }
     }
 
     #[test]
-    fn aggregates_split_by_held_out() {
+    fn counts_objects_attribution_and_splits() {
         let mut t = EvalTable::new();
-        // Seen: one fully right, one with the wrong colour. Held out (a green sphere): one failed mesh.
-        t.push("a red cube", Ok(&verdict(Shape::Cube, Colour::Red)), 1.0)
-            .unwrap();
-        t.push("a blue cone", Ok(&verdict(Shape::Cone, Colour::Red)), 3.0)
-            .unwrap();
-        t.push("a green sphere", Err(&EvalError::Empty), 2.0)
-            .unwrap();
+        let (cube, cone) = (verdict(Shape::Cube, Colour::Red), verdict(Shape::Cone, Colour::Red));
+        // Seen "a red cube": right on both seeds in both modes.
+        for seed in [0, 1] {
+            t.push(record("a red cube", "prior", seed, cube.clone(), None));
+            t.push(record("a red cube", "latent", seed, cube.clone(), Some(cube.clone())));
+        }
+        // Held-out "a green sphere": the prior is wrong; guidance fixes seed 0 only, so the object
+        // is not right on most seeds.
+        let sphere = verdict(Shape::Sphere, Colour::Green);
+        for seed in [0, 1] {
+            t.push(record("a green sphere", "prior", seed, cone.clone(), None));
+            let export = if seed == 0 { sphere.clone() } else { cone.clone() };
+            t.push(record("a green sphere", "latent", seed, export, Some(cone.clone())));
+        }
         let s = t.summary();
-        assert_eq!(s.all.prompts, 3);
-        assert_eq!(s.seen.shape_accuracy, Some(1.0));
-        assert_eq!(s.seen.colour_accuracy, Some(0.5));
-        assert_eq!(s.seen.both_accuracy, Some(0.5));
-        assert_eq!(s.seen.seconds_per_prompt, Some(2.0));
-        assert_eq!((s.held_out.prompts, s.held_out.failed), (1, 1));
-        assert_eq!(s.held_out.both_accuracy, Some(0.0));
-        assert_eq!(s.held_out.mean_iou, None);
+        assert_eq!(t.modes(), vec!["prior", "latent"]);
+        let latent = s["latent"];
+        assert_eq!((latent.seen.objects.right, latent.seen.objects.of), (1, 1));
+        assert_eq!((latent.held_out.runs_right, latent.held_out.runs), (1, 2));
+        assert_eq!(latent.held_out.objects.right, 0);
+        assert_eq!((latent.held_out.wrong_to_right, latent.held_out.right_to_wrong), (1, 0));
+        assert_eq!((latent.held_out.moved, latent.held_out.guided), (1, 2));
+        assert_eq!(s["prior"].held_out.guided, 0);
         let md = t.to_markdown();
-        assert!(
-            md.contains(
-                "| seen | 2 | 100.0 % | 50.0 % | 50.0 % | 0.900 | 100.0 % | 2.00 | 0 | 2.00 |"
-            ),
-            "{md}"
-        );
-        assert!(md.contains("| held-out | 1 | 0.0 % |"), "{md}");
+        assert!(md.contains("| latent | 0/1 (0–79 %) | 1/1 (21–100 %) | 1/2 | 2/2 |"), "{md}");
+        assert!(md.contains("| 1/4 | 0/4 | 1/4 |"), "{md}");
         let json: serde_json::Value = serde_json::from_str(&t.to_json().unwrap()).unwrap();
-        assert_eq!(json["summary"]["all"]["prompts"], 3);
-        assert_eq!(json["records"][0]["expected_shape"], "cube");
-        assert!(t
-            .push("a wooden chair", Err(&EvalError::Empty), 0.0)
-            .is_err());
+        assert_eq!(json["records"][1]["attribution"]["start_verdict"]["shape"], "cube");
+        assert!(EvalTable::expected("a wooden chair").is_err());
     }
 
+    /// Wilson's interval for 6 of 6 has the lower bound near 61 % and for 0 of 1 the upper near 79 %.
     #[test]
-    fn empty_table_prints_dashes() {
-        let md = EvalTable::new().to_markdown();
-        assert!(
-            md.contains("| all | 0 | – | – | – | – | – | – | 0 | – |"),
-            "{md}"
-        );
+    fn wilson_bounds() {
+        let [lo, hi] = wilson(6, 6);
+        assert!((lo - 0.610).abs() < 0.005 && hi == 1.0, "{lo} {hi}");
+        let [lo, hi] = wilson(0, 1);
+        assert!(lo == 0.0 && (hi - 0.793).abs() < 0.005, "{lo} {hi}");
     }
 }

@@ -65,6 +65,16 @@ pub const BRIGHTNESS_RANGE: (f32, f32) = (0.8, 1.0);
 /// Largest relative per-channel jitter of the linear colour.
 pub const CHANNEL_JITTER: f32 = 0.06;
 
+/// Everyday words the evaluator reads as a toy shape's name (the toy CLIP never saw them).
+pub const SHAPE_ALIASES: [(&str, &str); 6] = [
+    ("ball", "sphere"),
+    ("box", "cube"),
+    ("tube", "cylinder"),
+    ("donut", "torus"),
+    ("ring", "torus"),
+    ("pill", "capsule"),
+];
+
 impl Shape {
     /// Every shape, in declaration order.
     pub const ALL: [Shape; 6] = [
@@ -88,8 +98,12 @@ impl Shape {
         }
     }
 
-    /// The shape named by a caption word, if any.
+    /// The shape named by a caption word or one of its [`SHAPE_ALIASES`], if any.
     pub fn from_name(word: &str) -> Option<Self> {
+        let word = SHAPE_ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == word)
+            .map_or(word, |(_, name)| name);
         Self::ALL.into_iter().find(|s| s.name() == word)
     }
 

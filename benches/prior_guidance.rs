@@ -1,0 +1,217 @@
+//! One guided sampler step through the Shap-E prior at its published shape, on the CPU: the
+//! classifier-free-guided x0 prediction of a state `x (1, tokens, 1024)` (both branches as one
+//! batch of 2), a fixed random projection of it as the loss, and the backward pass to `x`, with
+//! the prior's 24 blocks under each checkpoint policy. Random weights (24 blocks of width 1024 in
+//! 16 heads of 64, conditioning 768, as `random-models --preset published`). The render and
+//! CLIP part of a real guided step is left out: it is the same for every policy.
+//!
+//! Per policy: the activation peak above the weights (counting allocator), seconds (forward and
+//! backward), blocks recomputed in backward, and the gradient's relative error against `none`.
+//! A second table repeats `none` and `blocks` at 256, 512 and 1024 latent tokens.
+//!
+//! Run: `cargo bench --bench prior_guidance` (about 15 min on 2 cores);
+//! `PRIOR_BENCH=tiny` is a smoke run of a 4-block, width-64 prior.
+
+use std::time::Instant;
+
+use candle_core::{DType, Device, Result, Tensor, Var};
+use clipsculpt::autodiff::checkpoint::Policy;
+use clipsculpt::autodiff::memory::{self, mib, CountingAlloc, PeakMeter};
+use clipsculpt::autodiff::rng::Rng;
+use clipsculpt::shap_e::config::PriorConfig;
+use clipsculpt::shap_e::{Denoiser, HeunDiscreteScheduler, PriorTransformer, SchedulerConfig};
+use clipsculpt::toy::random::random_frozen;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// The prior's shape: blocks, heads × head width, conditioning width.
+struct Shape {
+    layers: usize,
+    heads: usize,
+    head_dim: usize,
+    cond: usize,
+}
+
+const PUBLISHED: Shape = Shape {
+    layers: 24,
+    heads: 16,
+    head_dim: 64,
+    cond: 768,
+};
+
+const TINY: Shape = Shape {
+    layers: 4,
+    heads: 2,
+    head_dim: 32,
+    cond: 32,
+};
+
+fn prior(shape: &Shape, tokens: usize) -> Result<PriorTransformer> {
+    let d = shape.heads * shape.head_dim;
+    let cfg: PriorConfig = serde_json::from_value(serde_json::json!({
+        "num_attention_heads": shape.heads, "attention_head_dim": shape.head_dim,
+        "num_layers": shape.layers, "embedding_dim": d, "num_embeddings": tokens,
+        "additional_embeddings": 0, "time_embed_act_fn": "gelu", "norm_in_type": "layer",
+        "embedding_proj_norm_type": null, "encoder_hid_proj_type": null, "added_emb_type": null,
+        "time_embed_dim": 4 * d, "embedding_proj_dim": shape.cond, "clip_embed_dim": 2 * d
+    }))
+    .map_err(candle_core::Error::wrap)?;
+    random_frozen(1, &Device::Cpu, |vb| PriorTransformer::new(vb, &cfg))
+}
+
+/// One measured guided step: peak bytes above the start, seconds, the gradient.
+struct Run {
+    peak: usize,
+    seconds: f64,
+    grad: Tensor,
+}
+
+/// The guided step at the 40th of 64 Heun steps (σ ≈ 2), CFG scale 15.
+fn guided_step(prior: &PriorTransformer, policy: &Policy, inputs: &Inputs) -> Result<Run> {
+    let mut sched = HeunDiscreteScheduler::new(&SchedulerConfig::shap_e(), 64)?;
+    let denoiser = Denoiser::new(prior, &inputs.text, 15.0)?;
+    let dummy = inputs.x.zeros_like()?;
+    while sched.step_number() < 40 {
+        sched.step(&dummy, &dummy)?;
+    }
+    let meter = PeakMeter::start();
+    let t = Instant::now();
+    let x = Var::from_tensor(&inputs.x)?;
+    let x0 = denoiser.x0(&sched, x.as_tensor(), policy)?;
+    let loss = (x0 * &inputs.w)?.sum_all()?;
+    let grads = loss.backward()?;
+    let grad = grads
+        .get(&x)
+        .cloned()
+        .ok_or_else(|| candle_core::Error::Msg("no gradient reached x".into()))?;
+    let seconds = t.elapsed().as_secs_f64();
+    Ok(Run {
+        peak: meter.peak_above_base(),
+        seconds,
+        grad,
+    })
+}
+
+struct Inputs {
+    x: Tensor,
+    text: Tensor,
+    w: Tensor,
+}
+
+fn inputs(shape: &Shape, tokens: usize) -> Result<Inputs> {
+    let mut rng = Rng::new(3);
+    let d = shape.heads * shape.head_dim;
+    let dev = Device::Cpu;
+    Ok(Inputs {
+        x: (rng.normal_tensor(&[1, tokens, d], &dev)? * 2.0)?,
+        text: rng.normal_tensor(&[1, shape.cond], &dev)?,
+        w: rng.normal_tensor(&[1, tokens, d], &dev)?,
+    })
+}
+
+fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
+    let num = (a - b)?.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+    let den = b.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+    Ok((num / den.max(1e-300)).sqrt())
+}
+
+fn policies(tiny: bool) -> Vec<Policy> {
+    let gib = 1usize << 30;
+    let budgets = if tiny {
+        [Policy::Budget(1 << 20), Policy::Budget(4 << 20)]
+    } else {
+        [Policy::Budget(gib), Policy::Budget(3 * gib)]
+    };
+    let mut v = vec![
+        Policy::None,
+        Policy::BLOCKS,
+        Policy::EveryK(2),
+        Policy::EveryK(4),
+        Policy::Sqrt,
+        Policy::LastN(6),
+        Policy::LastN(12),
+    ];
+    v.extend(budgets);
+    v
+}
+
+fn policy_table(shape: &Shape, tokens: usize, tiny: bool) -> Result<()> {
+    let prior = prior(shape, tokens)?;
+    let inputs = inputs(shape, tokens)?;
+    println!(
+        "## One guided sampler step, {} blocks × {} ({} heads of {}), {tokens} latent tokens, CFG batch 2\n",
+        shape.layers,
+        shape.heads * shape.head_dim,
+        shape.heads,
+        shape.head_dim
+    );
+    println!("weights: {}\n", mib(memory::current()));
+    println!("| policy | activation peak | vs none | seconds | vs none | blocks recomputed | gradient rel. error vs none |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut reference: Option<Run> = None;
+    for p in policies(tiny) {
+        // Plans (a budget measures one block first) are made outside the measured span.
+        let recomputed = prior.block_plan(&p, 2)?.recomputed_blocks();
+        let run = guided_step(&prior, &p, &inputs)?;
+        let (peak_ratio, time_ratio, err) = match &reference {
+            Some(r) => (
+                format!("{:.1} %", 100.0 * run.peak as f64 / r.peak as f64),
+                format!("{:.2}×", run.seconds / r.seconds),
+                format!("{:.1e}", rel_err(&run.grad, &r.grad)?),
+            ),
+            None => ("100 %".into(), "1.00×".into(), "0".into()),
+        };
+        println!(
+            "| {p} | {} | {peak_ratio} | {:.1} | {time_ratio} | {recomputed} | {err} |",
+            mib(run.peak),
+            run.seconds
+        );
+        if reference.is_none() {
+            reference = Some(run);
+        }
+    }
+    println!();
+    Ok(())
+}
+
+fn token_table(shape: &Shape, tokens: &[usize]) -> Result<()> {
+    println!("## By latent token count ({} blocks, CFG batch 2)\n", shape.layers);
+    println!("| tokens | none peak | none s | blocks peak | blocks s | peak ratio | time ratio |");
+    println!("|---|---|---|---|---|---|---|");
+    for &n in tokens {
+        let prior = prior(shape, n)?;
+        let inputs = inputs(shape, n)?;
+        let none = guided_step(&prior, &Policy::None, &inputs)?;
+        let blocks = guided_step(&prior, &Policy::BLOCKS, &inputs)?;
+        println!(
+            "| {n} | {} | {:.1} | {} | {:.1} | {:.1} % | {:.2}× |",
+            mib(none.peak),
+            none.seconds,
+            mib(blocks.peak),
+            blocks.seconds,
+            100.0 * blocks.peak as f64 / none.peak as f64,
+            blocks.seconds / none.seconds
+        );
+    }
+    println!();
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    memory::keep_freed_pages();
+    let tiny = std::env::var("PRIOR_BENCH").is_ok_and(|v| v == "tiny");
+    let (shape, tokens) = if tiny {
+        (&TINY, vec![16, 32, 64])
+    } else {
+        (&PUBLISHED, vec![256, 512, 1024])
+    };
+    println!(
+        "CPU, {} threads; load average at start: {}\n",
+        rayon::current_num_threads(),
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+    let last = tokens[tokens.len() - 1];
+    policy_table(shape, last, tiny)?;
+    token_table(shape, &tokens)
+}
