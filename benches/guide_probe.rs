@@ -91,8 +91,8 @@ fn main() -> Result<()> {
             let t = Instant::now();
             let z0 = models.run_sample(prompt, &run, &rng, &dev)?;
             let target = Target::new(&models.scorer, prompt, &models.negatives, guide.contrast)?;
-            let (z, trace, choice) =
-                models.guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})?;
+            let guided = models.guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})?;
+            let (z, trace, choice) = (guided.latent, guided.trace, guided.start);
             let secs = t.elapsed().as_secs_f64();
             // The bank is the prior sampled for every negative but the prompt, in file order;
             // the completions follow it.

@@ -206,6 +206,13 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     assert_eq!(json["settings"]["dtype"], "f32");
     assert!(json["memory"]["peak_bytes"]["optimizing"].is_u64());
     assert!(json["memory"]["export_release"]["after"]["reserved_bytes"].is_u64());
+    // The memory in use when the export started, as typed fields (host heap on the CPU).
+    assert!(report
+        .memory_before_export
+        .host_live_bytes
+        .is_some_and(|b| b > 0));
+    assert!(json["memory_before_export"]["host_live_bytes"].is_u64());
+    assert!(json["memory_before_export"]["device_free_bytes"].is_null());
     let c = &report.trace.cosine;
     let (head, tail) = (
         c[..3].iter().sum::<f32>() / 3.0,

@@ -138,9 +138,10 @@ fn guidance_fixes_a_held_out_shape() {
         let before = verdict(&z0);
         assert_ne!(before, Some(want), "the prior alone was already right");
         let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
-        let (z, _, choice) = m
+        let guided = m
             .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
             .unwrap();
+        let (z, choice) = (guided.latent, guided.start);
         assert!(
             choice.candidate.is_some_and(|i| i >= choice.bank_size),
             "{prompt}: the start was not a completion: {choice:?}"
@@ -163,9 +164,10 @@ fn exploration_keeps_a_right_prior_sample() {
     let rng = Rng::new(run.seed);
     let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
     let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
-    let (z, _, choice) = m
+    let guided = m
         .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
         .unwrap();
+    let (z, choice) = (guided.latent, guided.start);
     assert!(
         !choice.completion_support.is_empty(),
         "the bank had no completions"

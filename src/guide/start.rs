@@ -14,8 +14,11 @@
 use candle_core::Tensor;
 
 use super::analogy;
+use super::error::GuideError;
 use super::explore::Explore;
-use super::optimize::{optimize, score, GuideError, GuideSettings, Start};
+use super::held_aside::{score, Start};
+use super::optimize::optimize;
+use super::settings::GuideSettings;
 use super::target::Target;
 use crate::autodiff::rng::Rng;
 use crate::clip::ClipScorer;
@@ -59,9 +62,18 @@ pub struct StartChoice {
     pub seconds: f64,
 }
 
+/// What [`choose_start`] returns.
+#[derive(Debug, Clone)]
+pub struct ChosenStart {
+    /// The latent the loop starts from `(1, rows, d)`.
+    pub latent: Tensor,
+    /// How it was chosen ([`StartChoice::start_score`]: its score, when known).
+    pub choice: StartChoice,
+}
+
 /// Chooses the latent to optimize from the prior's sample `prior (1, rows, d)` (with its
-/// held-aside score when the caller has it) and `bank` `(n, rows, d)` (may be empty). Returns the
-/// start and how it was chosen ([`StartChoice::start_score`]: the start's score, when known).
+/// held-aside score when the caller has it) and `bank` `(n, rows, d)` (may be empty): gathers the
+/// candidates, screens them, then picks the best finalist by its score or by refinement probes.
 pub fn choose_start(
     decoder: &Decoder,
     scorer: &ClipScorer,
@@ -70,121 +82,270 @@ pub fn choose_start(
     bank: Option<&Tensor>,
     s: &GuideSettings,
     rng: &Rng,
-) -> Result<(Tensor, StartChoice), GuideError> {
-    let wrap = |source| GuideError::Step { step: 0, source };
-    let z0 = prior.latent;
-    let mut choice = StartChoice::default();
+) -> Result<ChosenStart, GuideError> {
     let Some(bank) = bank.filter(|_| s.explore != Explore::Off) else {
-        choice.start_score = prior.score;
-        return Ok((z0.clone(), choice));
-    };
-    let mut candidates: Vec<Tensor> = (0..bank.dim(0).map_err(wrap)?)
-        .map(|i| bank.get(i)?.unsqueeze(0))
-        .collect::<candle_core::Result<_>>()
-        .map_err(wrap)?;
-    choice.bank_size = candidates.len();
-    if s.explore == Explore::Analogies {
-        let flat = |z: &Tensor| z.flatten_all()?.to_vec1::<f32>();
-        let latents: Vec<Vec<f32>> = std::iter::once(z0)
-            .chain(&candidates)
-            .map(flat)
-            .collect::<candle_core::Result<_>>()
-            .map_err(wrap)?;
-        for c in analogy::completions(&latents) {
-            choice.completion_support.push(c.support);
-            let z = Tensor::from_vec(c.latent, z0.shape(), z0.device())
-                .and_then(|z| z.to_dtype(z0.dtype()))
-                .map_err(wrap)?;
-            candidates.push(z);
-        }
-    }
-    let side = s.eval_side(scorer.image_size());
-    let held_aside = |z: &Tensor, side| score(decoder, scorer, target, z, side).map(|sc| sc.score);
-    // Screening: every candidate at a cheap side, then the best few at the full side.
-    choice.screen_side = side.min(SCREEN_SIDE);
-    for z in &candidates {
-        choice
-            .screen_scores
-            .push(held_aside(z, choice.screen_side).map_err(wrap)?);
-    }
-    let mut order: Vec<usize> = (0..candidates.len()).collect();
-    order.sort_by(|&a, &b| choice.screen_scores[b].total_cmp(&choice.screen_scores[a]));
-    order.truncate(FINALISTS.max(s.explore_refine));
-    for &i in &order {
-        let sc = if choice.screen_side == side {
-            choice.screen_scores[i]
-        } else {
-            held_aside(&candidates[i], side).map_err(wrap)?
+        let choice = StartChoice {
+            start_score: prior.score,
+            ..StartChoice::default()
         };
-        choice.finalists.push((i, sc));
-    }
-    choice.finalists.sort_by(|a, b| b.1.total_cmp(&a.1));
+        return Ok(ChosenStart {
+            latent: prior.latent.clone(),
+            choice,
+        });
+    };
+    let explorer = Explorer {
+        decoder,
+        scorer,
+        target,
+        settings: s,
+        side: s.eval_side(scorer.image_size()),
+    };
+    let candidates = Candidates::gather(prior.latent, bank, s.explore)?;
+    let screening = explorer.screen(&candidates.latents)?;
     let prior_score = match prior.score {
         Some(score) => score,
-        None => held_aside(z0, side).map_err(wrap)?,
+        None => explorer.held_aside(prior.latent, explorer.side)?,
     };
-    choice.prior_score = Some(prior_score);
-    if s.explore_refine == 0 {
-        return Ok(match choice.finalists.first() {
-            Some(&(i, sc)) if sc >= prior_score + s.switch_margin => {
-                choice.candidate = Some(i);
-                choice.start_score = Some(sc);
-                (candidates[i].clone(), choice)
-            }
-            _ => {
-                choice.start_score = Some(prior_score);
-                (z0.clone(), choice)
-            }
-        });
-    }
-    let order: Vec<usize> = choice.finalists.iter().map(|f| f.0).collect();
-    let probe = GuideSettings {
-        steps: s.explore_steps,
-        ..s.clone()
+    let (pick, probes) = if s.explore_refine == 0 {
+        (explorer.pick_by_score(&screening, prior_score), Vec::new())
+    } else {
+        let refined = explorer.refine(prior.latent, &candidates, &screening, prior_score, rng)?;
+        (refined.pick, refined.probes)
     };
-    let mut best: Option<(Option<usize>, Tensor, f32)> = None;
-    let mut refined_prior = f32::NEG_INFINITY;
-    let starts = std::iter::once(None).chain(order.into_iter().take(s.explore_refine).map(Some));
-    for (k, which) in starts.enumerate() {
-        let start = Start {
-            latent: which.map_or(z0, |i| &candidates[i]),
-            score: match which {
-                None => Some(prior_score),
-                Some(i) => choice.finalists.iter().find(|f| f.0 == i).map(|f| f.1),
-            },
-        };
-        let (z, trace) = optimize(
-            decoder,
-            scorer,
-            target,
-            start,
-            &probe,
-            &mut rng.fork(k as u64),
-            |_, _| {},
-        )?;
-        let sc = trace
-            .evals
+    let choice = StartChoice {
+        candidate: pick.candidate,
+        prior_score: Some(prior_score),
+        screen_side: screening.side,
+        screen_scores: screening.scores,
+        finalists: screening
+            .finalists
             .iter()
-            .map(|e| e.1)
-            .fold(f32::NEG_INFINITY, f32::max);
-        choice.probes.push((which, sc));
-        if which.is_none() {
-            refined_prior = sc;
+            .map(|f| (f.candidate, f.score))
+            .collect(),
+        bank_size: candidates.bank_size,
+        completion_support: candidates.completion_support,
+        probes: probes.iter().map(|p| (p.candidate, p.score)).collect(),
+        start_score: pick.score,
+        seconds: 0.0,
+    };
+    let latent = match (pick.latent, pick.candidate) {
+        (Some(refined), _) => refined,
+        (None, Some(i)) => candidates.latents[i].clone(),
+        (None, None) => prior.latent.clone(),
+    };
+    Ok(ChosenStart { latent, choice })
+}
+
+/// The latents exploration considers besides the prior's sample: the bank's, then (with
+/// [`Explore::Analogies`]) the bank's consensus completions.
+struct Candidates {
+    /// Each `(1, rows, d)`.
+    latents: Vec<Tensor>,
+    /// How many of them are the bank's.
+    bank_size: usize,
+    /// Support (agreeing triples) of each completion.
+    completion_support: Vec<usize>,
+}
+
+impl Candidates {
+    fn gather(prior: &Tensor, bank: &Tensor, explore: Explore) -> Result<Self, GuideError> {
+        let wrap = GuideError::at(0);
+        let mut latents: Vec<Tensor> = (0..bank.dim(0).map_err(&wrap)?)
+            .map(|i| bank.get(i)?.unsqueeze(0))
+            .collect::<candle_core::Result<_>>()
+            .map_err(&wrap)?;
+        let bank_size = latents.len();
+        let mut completion_support = Vec::new();
+        if explore == Explore::Analogies {
+            let flat = |z: &Tensor| z.flatten_all()?.to_vec1::<f32>();
+            let flats: Vec<Vec<f32>> = std::iter::once(prior)
+                .chain(&latents)
+                .map(flat)
+                .collect::<candle_core::Result<_>>()
+                .map_err(&wrap)?;
+            for c in analogy::completions(&flats) {
+                completion_support.push(c.support);
+                let z = Tensor::from_vec(c.latent, prior.shape(), prior.device())
+                    .and_then(|z| z.to_dtype(prior.dtype()))
+                    .map_err(&wrap)?;
+                latents.push(z);
+            }
         }
-        let margin = if which.is_none() {
-            0.0
-        } else {
-            s.switch_margin
-        };
-        if best.as_ref().is_none_or(|b| sc > b.2) && sc >= refined_prior + margin {
-            best = Some((which, z, sc));
+        Ok(Self {
+            latents,
+            bank_size,
+            completion_support,
+        })
+    }
+}
+
+/// A candidate and its held-aside score at the full side.
+#[derive(Debug, Clone, Copy)]
+struct Finalist {
+    candidate: usize,
+    score: f32,
+}
+
+/// Every candidate scored at the screening side, and the best few at the full side.
+struct Screening {
+    /// The screening side.
+    side: usize,
+    /// Each candidate's score at it.
+    scores: Vec<f32>,
+    /// The best-screened candidates at the full side, best first.
+    finalists: Vec<Finalist>,
+}
+
+/// A chosen start: a candidate or the prior's sample (`candidate: None`).
+struct Pick {
+    candidate: Option<usize>,
+    /// The refined latent, when a probe moved it; `None`: the candidate (or prior) as it is.
+    latent: Option<Tensor>,
+    /// Its held-aside score at the full side, when known.
+    score: Option<f32>,
+}
+
+/// One refinement probe: which start it refined and its best held-aside score.
+struct Probe {
+    candidate: Option<usize>,
+    score: f32,
+}
+
+/// What the refinement probes chose.
+struct Refined {
+    pick: Pick,
+    probes: Vec<Probe>,
+}
+
+/// What screening and refinement share: the models, the prompt, the settings and the full
+/// held-aside side.
+struct Explorer<'a> {
+    decoder: &'a Decoder,
+    scorer: &'a ClipScorer,
+    target: &'a Target,
+    settings: &'a GuideSettings,
+    side: usize,
+}
+
+impl Explorer<'_> {
+    /// The held-aside score of `z` at `side`.
+    fn held_aside(&self, z: &Tensor, side: usize) -> Result<f32, GuideError> {
+        score(self.decoder, self.scorer, self.target, z, side)
+            .map(|sc| sc.score)
+            .map_err(GuideError::at(0))
+    }
+
+    /// Screening: every candidate at a cheap side, then the best few at the full side.
+    fn screen(&self, candidates: &[Tensor]) -> Result<Screening, GuideError> {
+        let side = self.side.min(SCREEN_SIDE);
+        let scores = candidates
+            .iter()
+            .map(|z| self.held_aside(z, side))
+            .collect::<Result<Vec<f32>, _>>()?;
+        let mut order: Vec<usize> = (0..candidates.len()).collect();
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+        order.truncate(FINALISTS.max(self.settings.explore_refine));
+        let mut finalists = Vec::with_capacity(order.len());
+        for &candidate in &order {
+            let score = if side == self.side {
+                scores[candidate]
+            } else {
+                self.held_aside(&candidates[candidate], self.side)?
+            };
+            finalists.push(Finalist { candidate, score });
+        }
+        finalists.sort_by(|a, b| b.score.total_cmp(&a.score));
+        Ok(Screening {
+            side,
+            scores,
+            finalists,
+        })
+    }
+
+    /// The best finalist if it beats the prior's sample by the switch margin, else the prior's.
+    fn pick_by_score(&self, screening: &Screening, prior_score: f32) -> Pick {
+        match screening.finalists.first() {
+            Some(f) if f.score >= prior_score + self.settings.switch_margin => Pick {
+                candidate: Some(f.candidate),
+                latent: None,
+                score: Some(f.score),
+            },
+            _ => Pick {
+                candidate: None,
+                latent: None,
+                score: Some(prior_score),
+            },
         }
     }
-    match best {
-        Some((which, z, _)) => {
-            choice.candidate = which;
-            Ok((z, choice))
+
+    /// Refines the prior's sample and the best [`GuideSettings::explore_refine`] finalists for
+    /// [`GuideSettings::explore_steps`] each; a finalist wins when its best score beats the
+    /// refined prior's by the switch margin.
+    fn refine(
+        &self,
+        prior: &Tensor,
+        candidates: &Candidates,
+        screening: &Screening,
+        prior_score: f32,
+        rng: &Rng,
+    ) -> Result<Refined, GuideError> {
+        let s = self.settings;
+        let probe = GuideSettings {
+            steps: s.explore_steps,
+            ..s.clone()
+        };
+        let finalists = screening.finalists.iter().take(s.explore_refine);
+        let starts = std::iter::once((None, Some(prior_score)))
+            .chain(finalists.map(|f| (Some(f.candidate), Some(f.score))));
+        let (mut best, mut best_score): (Option<Pick>, f32) = (None, f32::NEG_INFINITY);
+        let mut probes = Vec::new();
+        let mut refined_prior = f32::NEG_INFINITY;
+        for (k, (candidate, score)) in starts.enumerate() {
+            let start = Start {
+                latent: candidate.map_or(prior, |i| &candidates.latents[i]),
+                score,
+            };
+            let run = optimize(
+                self.decoder,
+                self.scorer,
+                self.target,
+                start,
+                &probe,
+                &mut rng.fork(k as u64),
+                |_, _| {},
+            )?;
+            let sc = run
+                .trace
+                .evals
+                .iter()
+                .map(|e| e.1)
+                .fold(f32::NEG_INFINITY, f32::max);
+            probes.push(Probe {
+                candidate,
+                score: sc,
+            });
+            if candidate.is_none() {
+                refined_prior = sc;
+            }
+            let margin = if candidate.is_none() {
+                0.0
+            } else {
+                s.switch_margin
+            };
+            if (best.is_none() || sc > best_score) && sc >= refined_prior + margin {
+                best_score = sc;
+                best = Some(Pick {
+                    candidate,
+                    latent: Some(run.latent),
+                    score: None,
+                });
+            }
         }
-        None => Ok((z0.clone(), choice)),
+        let pick = best.unwrap_or(Pick {
+            candidate: None,
+            latent: None,
+            score: None,
+        });
+        Ok(Refined { pick, probes })
     }
 }

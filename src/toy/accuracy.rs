@@ -51,9 +51,8 @@ pub fn evaluate(
                 };
             outcome(&mut tables[0], &before, prior_secs)?;
             let t = Instant::now();
-            let (z, trace, choice) =
-                models.guide(&target, unscored(&z0), s, &rng, device, |_, _| {})?;
-            let after = judge(&z)?;
+            let guided = models.guide(&target, unscored(&z0), s, &rng, device, |_, _| {})?;
+            let after = judge(&guided.latent)?;
             outcome(
                 &mut tables[1],
                 &after,
@@ -61,9 +60,10 @@ pub fn evaluate(
             )?;
             // The prior's sample is what guidance must not fall below, also when exploration
             // started the loop elsewhere.
-            if let Some(&(_, start)) = trace.evals.first() {
-                let best = trace.evals.iter().map(|e| e.1).fold(start, f32::max);
-                tables[1].set_last_scores([choice.prior_score.unwrap_or(start), best]);
+            let evals = &guided.trace.evals;
+            if let Some(&(_, start)) = evals.first() {
+                let best = evals.iter().map(|e| e.1).fold(start, f32::max);
+                tables[1].set_last_scores([guided.start.prior_score.unwrap_or(start), best]);
             }
         }
     }

@@ -1,0 +1,268 @@
+//! The models of a run, loaded once: the Shap-E pipeline, the prior's text tower and tokenizer,
+//! the scoring CLIP and the negative prompts; and what a run draws from them: text embeddings,
+//! the prior's sample, the exploration bank and the guided latent.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use candle_core::{Device, Tensor};
+use serde::Serialize;
+
+use super::settings::RunSettings;
+use super::stream;
+use crate::autodiff::rng::Rng;
+use crate::clip::{
+    load_text_with_projection_with_dtype, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
+};
+use crate::device::memory as device_memory;
+use crate::device::Precision;
+use crate::guide::{self, GuideTrace, StartChoice, Target};
+use crate::shap_e::ShapE;
+
+/// Where a run's models came from (folders), for reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelSources {
+    /// The Shap-E pipeline folder.
+    pub shap_e: String,
+    /// The scoring-CLIP folder.
+    pub clip: String,
+}
+
+/// The models of a run, loaded once (a batch reuses them for every item).
+pub struct Models {
+    /// Prior, scheduler and decoder.
+    pub shap_e: ShapE,
+    /// The prior's CLIP text tower.
+    pub text_encoder: ClipTextModelWithProjection,
+    /// Its tokenizer.
+    pub tokenizer: ClipTokenizer,
+    /// The scoring CLIP (guidance).
+    pub scorer: ClipScorer,
+    /// An optional held-out CLIP that scores the result but never guides it.
+    pub held_out: Option<ClipScorer>,
+    /// Negative prompts guidance contrasts the prompt against (the scoring CLIP folder's
+    /// [`guide::NEGATIVES_FILE`], or `--negatives`).
+    pub negatives: Vec<String>,
+    /// Where they came from, for reports.
+    pub sources: ModelSources,
+    /// Seconds [`Models::load`] took.
+    pub load_seconds: f64,
+    /// The dtype of the frozen networks' matrix weights.
+    pub precision: Precision,
+    /// Peak bytes while loading ([`device_memory::peak_bytes`]).
+    pub load_peak_bytes: u64,
+}
+
+impl Models {
+    /// Loads a Shap-E pipeline folder and a scoring-CLIP folder in the device's default
+    /// precision ([`Precision::default_for`]: bf16 on CUDA, f32 on the CPU).
+    pub fn load(shap_e_dir: &Path, clip_dir: &Path, device: &Device) -> Result<Models> {
+        Self::load_with_precision(shap_e_dir, clip_dir, device, Precision::default_for(device))
+    }
+
+    /// Loads both folders with the frozen networks' matrix weights (prior, its text tower, the
+    /// decoder, the scoring CLIP) in `precision`.
+    pub fn load_with_precision(
+        shap_e_dir: &Path,
+        clip_dir: &Path,
+        device: &Device,
+        precision: Precision,
+    ) -> Result<Models> {
+        let start = Instant::now();
+        device_memory::reset_peak(device)?;
+        let dtype = precision.dtype();
+        let shap_e = ShapE::load(shap_e_dir, dtype, device)
+            .with_context(|| format!("loading the Shap-E pipeline in {}", shap_e_dir.display()))?;
+        let text_dir = shap_e_dir.join("text_encoder");
+        let text_encoder = load_text_with_projection_with_dtype(&text_dir, dtype, device)
+            .with_context(|| {
+                format!("loading the prior's text encoder in {}", text_dir.display())
+            })?;
+        let tok_dir = shap_e_dir.join("tokenizer");
+        let tokenizer = ClipTokenizer::from_dir(&tok_dir, 77)
+            .with_context(|| format!("loading the prior's tokenizer in {}", tok_dir.display()))?;
+        let scorer = ClipScorer::load_with_dtype(clip_dir, dtype, device)
+            .with_context(|| format!("loading the scoring CLIP in {}", clip_dir.display()))?;
+        let negatives_file = clip_dir.join(guide::NEGATIVES_FILE);
+        let negatives = if negatives_file.is_file() {
+            read_negatives(&negatives_file)?
+        } else {
+            Vec::new()
+        };
+        Ok(Models {
+            shap_e,
+            text_encoder,
+            tokenizer,
+            scorer,
+            held_out: None,
+            negatives,
+            sources: ModelSources {
+                shap_e: shap_e_dir.display().to_string(),
+                clip: clip_dir.display().to_string(),
+            },
+            load_seconds: start.elapsed().as_secs_f64(),
+            precision,
+            load_peak_bytes: device_memory::peak_bytes(device)?,
+        })
+    }
+
+    /// The prior's raw CLIP text embedding `(1, dim)` of `prompt`.
+    pub fn text_embeds(&self, prompt: &str, device: &Device) -> Result<Tensor> {
+        let (ids, truncated) = self.tokenizer.encode_batch(&[prompt], device)?;
+        if truncated.first().copied().unwrap_or(false) {
+            tracing::warn!("prompt truncated to the text encoder's 77 tokens: {prompt:?}");
+        }
+        let (_, embeds) = self.text_encoder.forward(&ids)?;
+        Ok(embeds)
+    }
+
+    /// The prior sample of a run with settings `s` and root generator `rng` (its stream
+    /// [`stream::PRIOR`]), so `generate` and `eval` start from the same latent for the same
+    /// prompt and seed.
+    pub fn run_sample(
+        &self,
+        prompt: &str,
+        s: &RunSettings,
+        rng: &Rng,
+        device: &Device,
+    ) -> Result<Tensor> {
+        self.sample(
+            prompt,
+            s.prior_steps,
+            s.guidance_scale,
+            &mut rng.fork(stream::PRIOR),
+            device,
+        )
+    }
+
+    /// The exploration bank of a run ([`guide::start`]): the prior sampled, in one batch of
+    /// [`guide::GuideSettings::explore_prior_steps`] sampler steps, for every negative prompt
+    /// other than `prompt` (stream [`stream::EXPLORE`]); `None` without negatives or with
+    /// exploration off.
+    pub fn sample_bank(
+        &self,
+        prompt: &str,
+        s: &RunSettings,
+        rng: &Rng,
+        device: &Device,
+    ) -> Result<Option<Tensor>> {
+        let prompts: Vec<&str> = self
+            .negatives
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !guide::same_prompt(n, prompt))
+            .collect();
+        if prompts.is_empty() || s.guide.explore == guide::Explore::Off || s.guide.steps == 0 {
+            return Ok(None);
+        }
+        let (ids, _) = self.tokenizer.encode_batch(&prompts, device)?;
+        let (_, embeds) = self.text_encoder.forward(&ids)?;
+        let guidance = s
+            .guidance_scale
+            .map_or(self.shap_e.sampling.guidance_scale, |g| g as f32);
+        let mut rng = rng.fork(stream::EXPLORE);
+        Ok(Some(self.shap_e.sample(
+            &embeds,
+            s.guide.explore_prior_steps,
+            guidance,
+            &mut rng,
+        )?))
+    }
+
+    /// The guided latent of a run from the prior's sample `z0` (with its held-aside score when the
+    /// caller has it, so it is not rendered again): exploration picks the start
+    /// ([`guide::choose_start`]), then the loop refines it ([`guide::optimize`]). `generate` and
+    /// `eval` both go through here.
+    pub fn guide(
+        &self,
+        target: &Target,
+        z0: guide::Start<'_>,
+        s: &RunSettings,
+        rng: &Rng,
+        device: &Device,
+        on_step: impl FnMut(usize, f32),
+    ) -> Result<Guided> {
+        let decoder = &self.shap_e.decoder;
+        let t = Instant::now();
+        let bank = self.sample_bank(target.prompt(), s, rng, device)?;
+        let explore = rng.fork(stream::EXPLORE);
+        let chosen = guide::choose_start(
+            decoder,
+            &self.scorer,
+            target,
+            z0,
+            bank.as_ref(),
+            &s.guide,
+            &explore,
+        )?;
+        let mut choice = chosen.choice;
+        choice.seconds = t.elapsed().as_secs_f64();
+        let start = guide::Start {
+            latent: &chosen.latent,
+            score: choice.start_score,
+        };
+        let run = guide::optimize(
+            decoder,
+            &self.scorer,
+            target,
+            start,
+            &s.guide,
+            &mut rng.fork(stream::GUIDE),
+            on_step,
+        )?;
+        Ok(Guided {
+            latent: run.latent,
+            trace: run.trace,
+            start: choice,
+        })
+    }
+
+    /// A prior sample `(1, rows, d)` for `prompt`.
+    pub fn sample(
+        &self,
+        prompt: &str,
+        steps: usize,
+        guidance: Option<f64>,
+        rng: &mut Rng,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let embeds = self.text_embeds(prompt, device)?;
+        let guidance = guidance.map_or(self.shap_e.sampling.guidance_scale, |g| g as f32);
+        Ok(self.shap_e.sample(&embeds, steps, guidance, rng)?)
+    }
+}
+
+/// Reads a negative-prompt file: one prompt per line, blank lines and `#` comments skipped.
+pub fn read_negatives(path: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading negative prompts from {}", path.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect())
+}
+
+/// What [`Models::guide`] returns.
+#[derive(Debug, Clone)]
+pub struct Guided {
+    /// The guided latent (the best by the held-aside score, no graph).
+    pub latent: Tensor,
+    /// What the loop measured.
+    pub trace: GuideTrace,
+    /// How exploration chose the start.
+    pub start: StartChoice,
+}
+
+impl Guided {
+    /// `latent` left as it is (no guidance steps).
+    pub fn unguided(latent: &Tensor) -> Self {
+        Self {
+            latent: latent.clone(),
+            trace: GuideTrace::default(),
+            start: StartChoice::default(),
+        }
+    }
+}

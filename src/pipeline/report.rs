@@ -1,0 +1,184 @@
+//! What a run writes to `report.json`: its settings, scores, trace, start choice, seconds and
+//! memory per stage, mesh statistics and files.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use candle_core::Device;
+use serde::Serialize;
+
+use super::models::{ModelSources, Models};
+use super::settings::RunSettings;
+use crate::device::device_name;
+use crate::device::memory::{Meter, Trim};
+use crate::device::Precision;
+use crate::guide::{GuideSettings, GuideTrace, StartChoice};
+use crate::mesh::{self, MemoryReport};
+
+/// The settings a run used, as `report.json` records them.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReportSettings {
+    /// The run's settings, with the guidance scale resolved to the one used.
+    #[serde(flatten)]
+    pub run: RunSettings,
+    /// The device it ran on (`cpu`, `cuda:0`).
+    pub device: String,
+    /// The frozen networks' matrix-weight dtype (`--dtype`: f32, bf16, f16).
+    pub dtype: Precision,
+}
+
+impl ReportSettings {
+    /// `s` as `models` ran it on `device`: the guidance scale, render side and held-aside side
+    /// resolved to the ones used.
+    pub fn resolved(s: &RunSettings, models: &Models, device: &Device) -> Self {
+        let clip_side = models.scorer.image_size();
+        Self {
+            run: RunSettings {
+                guidance_scale: Some(
+                    s.guidance_scale
+                        .unwrap_or(models.shap_e.sampling.guidance_scale as f64),
+                ),
+                guide: GuideSettings {
+                    resolution: s.guide.render_side(clip_side),
+                    eval_resolution: s.guide.eval_side(clip_side),
+                    ..s.guide.clone()
+                },
+                ..s.clone()
+            },
+            device: device_name(device),
+            dtype: models.precision,
+        }
+    }
+}
+
+/// Peak bytes in use during each stage of a run (absolute: the models' weights included),
+/// as [`crate::device::memory::peak_bytes`] measures them.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct StagePeakBytes {
+    /// Loading the models (once per process).
+    pub loading: u64,
+    /// Text conditioning and prior sampling.
+    pub sampling: u64,
+    /// The before/after scores (the larger of the two).
+    pub scoring: u64,
+    /// CLIP-guided optimization.
+    pub optimizing: u64,
+    /// Writing the latents and the preview sheets.
+    pub previews: u64,
+    /// The graph-free export (grid, surface, colours, files), after the cache release.
+    pub export: u64,
+}
+
+/// The `memory` section of `report.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemorySection {
+    /// The device: `cpu`, or the GPU's name, ordinal and compute capability.
+    pub device: String,
+    /// What the figures measure: the host heap (CPU) or the CUDA memory pool.
+    pub meter: Meter,
+    /// The frozen networks' matrix-weight dtype.
+    pub dtype: Precision,
+    /// Peak bytes per stage.
+    pub peak_bytes: StagePeakBytes,
+    /// Reserved/used/free bytes before and after the cache release that precedes the export.
+    pub export_release: Trim,
+}
+
+/// Memory in use when the export started, after the optimization state was dropped and the
+/// device's cache released.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ExportMemory {
+    /// Live heap bytes of the process (`None` without the counting allocator).
+    pub host_live_bytes: Option<u64>,
+    /// Free device bytes (`None` on the CPU).
+    pub device_free_bytes: Option<u64>,
+    /// Total device bytes (`None` on the CPU).
+    pub device_total_bytes: Option<u64>,
+}
+
+impl From<&MemoryReport> for ExportMemory {
+    fn from(m: &MemoryReport) -> Self {
+        let bytes = |b: Option<usize>| b.map(|b| b as u64);
+        Self {
+            host_live_bytes: bytes(m.host_live_bytes),
+            device_free_bytes: bytes(m.device_free_bytes),
+            device_total_bytes: bytes(m.device_total_bytes),
+        }
+    }
+}
+
+/// Wall-clock seconds per stage of a run; the stages and `other` add up to `total`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageSeconds {
+    /// Loading the models (once per process: every item of a batch reports the same load).
+    pub loading: f64,
+    /// Text conditioning and prior sampling.
+    pub sampling: f64,
+    /// The scoring CLIP's text embedding and the before/after (and held-out) scores.
+    pub scoring: f64,
+    /// Exploration: the bank (the prior sampled for the negatives), its completions and their
+    /// scores ([`crate::guide::choose_start`]).
+    pub exploring: f64,
+    /// CLIP-guided optimization (without exploration).
+    pub optimizing: f64,
+    /// Writing the prior's and the final latent.
+    pub latents: f64,
+    /// The two 20-view preview sheets (`preview_prior.png`, `preview.png`).
+    pub previews: f64,
+    /// Sampling the field on the export grid.
+    pub mesh_grid: f64,
+    /// Marching cubes.
+    pub mesh_surface: f64,
+    /// Vertex colours from the field.
+    pub mesh_colours: f64,
+    /// Writing each export file, by file name.
+    pub files: BTreeMap<String, f64>,
+    /// Everything else (creating the folder, progress reporting, bookkeeping).
+    pub other: f64,
+    /// Loading plus the run's wall time up to writing `report.json`.
+    pub total: f64,
+}
+
+/// What a run wrote to `report.json`.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// clipsculpt version.
+    pub version: &'static str,
+    /// The prompt.
+    pub prompt: String,
+    /// Model folders.
+    pub models: ModelSources,
+    /// Seed, steps and other settings.
+    pub settings: ReportSettings,
+    /// Per-step CLIP cosine and loss, skipped steps.
+    pub trace: GuideTrace,
+    /// How exploration chose the start (bank scores, probes, the winner).
+    pub start: StartChoice,
+    /// Held-aside score ([`crate::guide::Score`]) of the prior's latent: four fixed views, minus
+    /// the CLIP term (the bare cosine without negatives).
+    pub score_before: f32,
+    /// The same of the exported latent (the best one, never below `score_before`).
+    pub score_after: f32,
+    /// Mean scoring-CLIP cosine to the prompt of the same views, before.
+    pub cosine_before: f32,
+    /// After.
+    pub cosine_after: f32,
+    /// Negative prompts the CLIP term contrasted against.
+    pub negatives: usize,
+    /// The held-out CLIP's cosine before and after, when one was given.
+    pub held_out_scores: Option<[f32; 2]>,
+    /// Seconds per stage.
+    pub seconds: StageSeconds,
+    /// Peak heap bytes of the optimization above its start (counting allocator; 0 when not
+    /// installed).
+    pub peak_optimize_bytes: usize,
+    /// Memory in use when the export started, after optimization state was dropped (host heap;
+    /// device free/total under CUDA).
+    pub memory_before_export: ExportMemory,
+    /// Device, dtype, peak bytes per stage and the cache release before the export.
+    pub memory: MemorySection,
+    /// Mesh statistics.
+    pub mesh: mesh::MeshStats,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+}

@@ -1,0 +1,42 @@
+//! The settings of one `generate` item.
+
+use serde::Serialize;
+
+use crate::guide::GuideSettings;
+use crate::mesh::Format;
+
+/// Settings of one `generate` item (written into `report.json`, the guidance settings flattened).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSettings {
+    /// Seed of every random draw.
+    pub seed: u64,
+    /// Prior sampling steps.
+    pub prior_steps: usize,
+    /// Prior guidance scale; `None`: the model's recommendation ([`crate::shap_e::SamplingDefaults`]).
+    pub guidance_scale: Option<f64>,
+    /// Optimization settings.
+    #[serde(flatten)]
+    pub guide: GuideSettings,
+    /// Export grid.
+    pub grid: usize,
+    /// Side of each view in the before/after contact sheets (20 views each).
+    pub preview_size: usize,
+    /// Output formats.
+    pub formats: Vec<Format>,
+}
+
+impl RunSettings {
+    /// Settings for evaluating guidance without writing files: seed 0, 64 prior steps, the
+    /// model's recommended guidance scale, a 64³ mesh grid, 64 px previews, no output formats.
+    pub fn for_evaluation(guide: GuideSettings) -> Self {
+        Self {
+            seed: 0,
+            prior_steps: 64,
+            guidance_scale: None,
+            guide,
+            grid: 64,
+            preview_size: 64,
+            formats: vec![],
+        }
+    }
+}
