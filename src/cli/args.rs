@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::memory::parse_bytes;
-use crate::guide::{Explore, GuideSettings, AUTO_RESOLUTION_MAX};
+use crate::guide::{Explore, GuideMode, GuideSettings, SamplingGuidance, AUTO_RESOLUTION_MAX};
 use crate::mesh::Format;
 use crate::models::ModelSpec;
 use crate::pipeline::RunSettings;
@@ -44,7 +44,19 @@ pub(super) struct GenerateArgs {
     /// Classifier-free guidance scale of the prior [default: the model's sampling.json, else 15]
     #[arg(long)]
     pub guidance_scale: Option<f64>,
-    /// CLIP-guided optimization steps (0 = plain Shap-E).
+    /// Where CLIP guidance acts: sampling (inside the prior's sampler, gradients through the
+    /// checkpointed prior), latent (optimizing the finished latent through the decoder), both,
+    /// or off (plain Shap-E).
+    #[arg(long, default_value_t = GuideMode::Sampling)]
+    pub guide: GuideMode,
+    /// Strength of guided sampling: each guided sampler step moves the state by this share of
+    /// the step's own displacement, against the CLIP loss's gradient.
+    #[arg(long, default_value_t = SamplingGuidance::default().scale)]
+    pub sampling_scale: f64,
+    /// Guided sampling acts on the sampler steps whose noise level σ is within MAX:MIN.
+    #[arg(long, default_value = "20:0.2", value_parser = parse_sigma_window)]
+    pub sampling_sigmas: (f32, f32),
+    /// Optimization steps of the latent stage (--guide latent or both; 0 = none).
     #[arg(long, default_value_t = 30)]
     pub steps: usize,
     /// Peak learning rate of the latent optimizer.
@@ -60,6 +72,11 @@ pub(super) struct GenerateArgs {
     /// Checkpoint policy for decoder chunks and CLIP blocks: none, blocks, sqrt, every:K, last:N.
     #[arg(long, default_value = "blocks")]
     pub checkpoint: Policy,
+    /// Checkpoint policy for the prior's transformer blocks during guided sampling: none,
+    /// blocks, sqrt, every:K, last:N or budget:SIZE [default: blocks, or half of
+    /// --memory-budget when that is given]
+    #[arg(long)]
+    pub prior_checkpoint: Option<Policy>,
     /// Memory budget, e.g. 6GiB: chooses chunk sizes and policy to fit, or refuses up front.
     #[arg(long, value_parser = parse_bytes)]
     pub memory_budget: Option<usize>,
@@ -119,8 +136,23 @@ impl GenerateArgs {
         if !(a.keep_margin.is_finite() && a.keep_margin >= 0.0) {
             bail!("--keep-margin must be a number ≥ 0");
         }
+        if !(a.sampling_scale.is_finite() && a.sampling_scale >= 0.0) {
+            bail!("--sampling-scale must be a number ≥ 0");
+        }
         let samples = (32, 32);
         let (chunk_rays, clip_policy) = self.memory_plan(samples)?;
+        let prior_policy = match (a.prior_checkpoint, a.memory_budget) {
+            (Some(p), _) => p,
+            (None, Some(budget)) => Policy::Budget(budget / 2),
+            (None, None) => Policy::BLOCKS,
+        };
+        let sampling = SamplingGuidance {
+            scale: a.sampling_scale,
+            sigma_max: a.sampling_sigmas.0,
+            sigma_min: a.sampling_sigmas.1,
+            prior_policy,
+            ..SamplingGuidance::default()
+        };
         let guide = GuideSettings {
             steps: a.steps,
             lr: a.lr,
@@ -141,6 +173,8 @@ impl GenerateArgs {
             seed: a.seed,
             prior_steps: a.prior_steps,
             guidance_scale: a.guidance_scale,
+            mode: a.guide,
+            sampling,
             guide,
             grid: a.grid,
             preview_size: a.preview_size.clamp(8, 512),
@@ -171,4 +205,18 @@ impl GenerateArgs {
             }
         })
     }
+}
+
+/// Parses a σ window `MAX:MIN` (both positive, MAX ≥ MIN).
+fn parse_sigma_window(s: &str) -> Result<(f32, f32), String> {
+    let bad = || format!("invalid σ window {s:?}: expected MAX:MIN, e.g. 20:0.2");
+    let (hi, lo) = s.split_once(':').ok_or_else(bad)?;
+    let (hi, lo): (f32, f32) = (
+        hi.trim().parse().map_err(|_| bad())?,
+        lo.trim().parse().map_err(|_| bad())?,
+    );
+    if !(hi.is_finite() && lo.is_finite() && lo > 0.0 && hi >= lo) {
+        return Err(bad());
+    }
+    Ok((hi, lo))
 }

@@ -11,9 +11,10 @@ use super::context::Context;
 use super::progress::progress;
 use super::EXIT_OK;
 use crate::batch::parse_prompt_file;
-use crate::toy::evaluate;
+use crate::toy::{evaluate, EvalMode};
 
-/// Toy-world evaluation: prior-only vs guided shape/colour accuracy, seen vs held-out.
+/// Toy-world evaluation: shape/colour accuracy per guidance mode, seen vs held-out, with the
+/// attribution of every guided run.
 #[derive(Debug, ClapArgs)]
 pub(super) struct Eval {
     /// Prompt file of toy captions (e.g. prompts/toy-eval.txt).
@@ -23,6 +24,9 @@ pub(super) struct Eval {
     /// Seeds per prompt.
     #[arg(long, default_value_t = 3)]
     seeds: u64,
+    /// Modes to compare, in table order: prior, latent, explore, sampling, both.
+    #[arg(long, value_delimiter = ',', default_value = "prior,latent,sampling,both")]
+    modes: Vec<EvalMode>,
     /// Print JSON instead of markdown tables.
     #[arg(long)]
     json: bool,
@@ -41,26 +45,30 @@ impl Eval {
         let seeds: Vec<u64> = (0..self.seeds).map(|k| self.settings.seed + k).collect();
         let bar = progress((prompts.len() * seeds.len()) as u64, cx.quiet);
         bar.set_prefix("evaluating");
-        let [prior, guided] = evaluate(&models, &prompts, &seeds, &run, &device, |p, seed| {
+        let table = evaluate(&models, &prompts, &seeds, &self.modes, &run, &device, |p, seed| {
             bar.set_message(format!("{p} (seed {seed})"));
             bar.inc(1);
         })?;
         bar.finish_and_clear();
         if self.json {
-            println!(
-                "{{\"prior_only\": {}, \"guided\": {}}}",
-                prior.to_json()?,
-                guided.to_json()?
-            );
-        } else {
-            println!(
-                "## Prior only\n\n{}\n## Guided ({} steps)\n\n{}\nGuided runs whose exported latent scored below the prior's on the held-aside views: {}",
-                prior.to_markdown(),
-                run.guide.steps,
-                guided.to_markdown(),
-                guided.summary().all.score_drops
-            );
+            println!("{}", table.to_json()?);
+            return Ok(ExitCode::from(EXIT_OK));
         }
+        let negatives = match models.negatives.len() {
+            0 => "none (the bare cosine)".to_string(),
+            n => format!("{n}: {}", models.negatives.join("; ")),
+        };
+        println!(
+            "Negatives: {negatives}
+Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}
+
+{}",
+            run.guide.steps,
+            run.sampling.scale,
+            run.sampling.sigma_max,
+            run.sampling.sigma_min,
+            table.to_markdown()
+        );
         Ok(ExitCode::from(EXIT_OK))
     }
 }

@@ -10,6 +10,7 @@ pub mod augment;
 pub mod error;
 pub mod explore;
 pub mod held_aside;
+pub mod mode;
 pub mod objective;
 pub mod optimize;
 pub mod sampling;
@@ -23,6 +24,7 @@ pub use explore::Explore;
 pub use held_aside::{
     held_aside_cameras, held_aside_images, score, unscored, Score, Start, HELD_ASIDE_BACKGROUNDS,
 };
+pub use mode::GuideMode;
 pub use objective::{LossParts, ViewLoss};
 pub use optimize::{optimize, GuideTrace, Optimized};
 pub use sampling::{guided_sample, GuidedStep, LatentLoss, SamplingGuidance, SamplingTrace};

@@ -83,16 +83,17 @@ pub struct SamplingTrace {
     pub skipped: usize,
 }
 
-/// A differentiable loss of a latent `(1, rows, d)`: `(loss, mean cosine)`, scalars, drawing its
-/// random views from the generator it is given.
+/// A differentiable loss of a latent `(1, rows, d)` at a sampler step: `(loss, mean cosine)`,
+/// scalars, drawing its random views from the generator it is given.
 pub trait LatentLoss {
-    /// The loss and the mean cosine of `z`, whose graph leads back to the sampler state.
-    fn loss(&self, z: &Tensor, rng: &mut Rng) -> Result<(Tensor, Tensor)>;
+    /// The loss and the mean cosine of `z` (whose graph leads back to the sampler state) at Heun
+    /// step `step`.
+    fn loss(&self, z: &Tensor, step: usize, rng: &mut Rng) -> Result<(Tensor, Tensor)>;
 }
 
-impl<F: Fn(&Tensor, &mut Rng) -> Result<(Tensor, Tensor)>> LatentLoss for F {
-    fn loss(&self, z: &Tensor, rng: &mut Rng) -> Result<(Tensor, Tensor)> {
-        self(z, rng)
+impl<F: Fn(&Tensor, usize, &mut Rng) -> Result<(Tensor, Tensor)>> LatentLoss for F {
+    fn loss(&self, z: &Tensor, step: usize, rng: &mut Rng) -> Result<(Tensor, Tensor)> {
+        self(z, step, rng)
     }
 }
 
@@ -176,7 +177,7 @@ fn guide_step(
     let clipped_share = outside.mean_all()?.to_scalar::<f32>()?;
     // The clipped prediction, with the gradient passed straight through the clip.
     let seen = (&d + (&clipped - &d)?.detach())?;
-    let (l, cosine) = loss.loss(&seen, rng)?;
+    let (l, cosine) = loss.loss(&seen, sched.step_number(), rng)?;
     let (l_value, cosine) = (l.to_scalar::<f32>()?, cosine.to_scalar::<f32>()?);
     let grads = l.backward()?;
     let x0 = d.detach();

@@ -14,7 +14,7 @@ use super::stages::{stage, StageRecorder};
 use super::stream;
 use crate::atomic::write_atomic;
 use crate::autodiff::rng::Rng;
-use crate::guide::{self, Score, Target};
+use crate::guide::{self, SamplingTrace, Score, Target};
 use crate::mesh::{self, ExportReport};
 use crate::render::{contact_sheet, preview_settings};
 use crate::shap_e::{save_latent, Decoder};
@@ -42,19 +42,18 @@ pub fn generate(
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let rng = Rng::new(s.seed);
 
-    on_progress(Progress::Stage("sampling the prior", 0));
-    let z0 = stages.run(stage::SAMPLING, || {
-        models.run_sample(prompt, s, &rng, device)
-    })?;
     let judge = stages.run(stage::SCORING, || Judge::new(models, prompt, s))?;
+    let (z0, sampling) = stages.run(stage::SAMPLING, || {
+        sample(models, &judge.target, s, &rng, device, &mut on_progress)
+    })?;
     let before = stages.run(stage::SCORING, || judge.score(&z0))?;
 
-    on_progress(Progress::Stage("optimizing", s.guide.steps));
+    on_progress(Progress::Stage("optimizing", latent_steps(s)));
     let prior = guide::Start {
         latent: &z0,
         score: Some(before.score),
     };
-    let guided = stages.run(stage::OPTIMIZING, || match s.guide.steps {
+    let guided = stages.run(stage::OPTIMIZING, || match latent_steps(s) {
         0 => Ok(Guided::unguided(&z0)),
         _ => models.guide(&judge.target, prior, s, &rng, device, |step, c| {
             on_progress(Progress::Step(step, c))
@@ -79,12 +78,42 @@ pub fn generate(
     let outcome = Outcome {
         before,
         after,
+        sampling,
         guided,
         files,
     };
     let report = outcome.report(&judge, s, device, &stages, export)?;
     write_report(out_dir, &report)?;
     Ok(report)
+}
+
+/// The prior's sample of a run: guided through the prior when the mode says so (with its trace),
+/// else plain.
+fn sample(
+    models: &Models,
+    target: &Target,
+    s: &RunSettings,
+    rng: &Rng,
+    device: &Device,
+    on_progress: &mut impl FnMut(Progress),
+) -> Result<(Tensor, SamplingTrace)> {
+    if !s.mode.guides_sampling() {
+        on_progress(Progress::Stage("sampling the prior", 0));
+        return Ok((models.run_sample(target.prompt(), s, rng, device)?, SamplingTrace::default()));
+    }
+    on_progress(Progress::Stage("guided sampling through the prior", s.prior_steps));
+    models.guided_sample(target, s, rng, device, |step, c| {
+        on_progress(Progress::Step(step, c))
+    })
+}
+
+/// Steps of the latent optimization in this run (0 unless the mode optimizes the latent).
+fn latent_steps(s: &RunSettings) -> usize {
+    if s.mode.optimizes_latent() {
+        s.guide.steps
+    } else {
+        0
+    }
 }
 
 /// The held-aside scoring of a run: the prompt as the scoring CLIP's [`Target`] (with the
@@ -158,6 +187,7 @@ impl<'a> Judge<'a> {
 /// What a run produced, before it is written as a [`Report`].
 struct Outcome {
     before: Score,
+    sampling: SamplingTrace,
     after: After,
     guided: Guided,
     files: Vec<PathBuf>,
@@ -179,6 +209,7 @@ impl Outcome {
             prompt: judge.prompt.to_string(),
             models: models.sources.clone(),
             settings: ReportSettings::resolved(s, models, device),
+            sampling: self.sampling,
             trace: self.guided.trace,
             start: self.guided.start,
             score_before: self.before.score,
@@ -267,7 +298,7 @@ impl Previews<'_> {
 }
 
 /// Whether two tensors have the same shape and bitwise-equal values (compared as f32).
-fn same_values(a: &Tensor, b: &Tensor) -> Result<bool> {
+pub fn same_values(a: &Tensor, b: &Tensor) -> Result<bool> {
     if a.dims() != b.dims() {
         return Ok(false);
     }

@@ -11,7 +11,7 @@ pub mod settings;
 pub mod stages;
 pub mod stream;
 
-pub use generate::{generate, Progress};
+pub use generate::{generate, same_values, Progress};
 pub use mesh::{extract_mesh, LatentField};
 pub use models::{read_negatives, Guided, ModelSources, Models};
 pub use report::{

@@ -17,8 +17,8 @@ use crate::clip::{
 };
 use crate::device::memory as device_memory;
 use crate::device::Precision;
-use crate::guide::{self, GuideTrace, StartChoice, Target};
-use crate::shap_e::ShapE;
+use crate::guide::{self, GuideTrace, SamplingTrace, StartChoice, Target, ViewLoss};
+use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler, ShapE};
 
 /// Where a run's models came from (folders), for reports.
 #[derive(Debug, Clone, Serialize)]
@@ -136,6 +136,43 @@ impl Models {
         )
     }
 
+    /// The prior's sample of a run guided through the prior ([`guide::sampling`]): the same
+    /// noise as [`Self::run_sample`] (stream [`stream::PRIOR`]), the sampler guided by the view
+    /// loss of `target` (stream [`stream::SAMPLING`]) as `s.sampling` says. With a guidance
+    /// scale of 0 it is [`Self::run_sample`]'s latent, bit for bit.
+    pub fn guided_sample(
+        &self,
+        target: &Target,
+        s: &RunSettings,
+        rng: &Rng,
+        device: &Device,
+        on_step: impl FnMut(usize, f32),
+    ) -> Result<(Tensor, SamplingTrace)> {
+        let embeds = self.text_embeds(target.prompt(), device)?;
+        let cfg = s
+            .guidance_scale
+            .map_or(self.shap_e.sampling.guidance_scale, |g| g as f32);
+        let prior = &self.shap_e.prior;
+        let denoiser = Denoiser::new(prior, &embeds, cfg)?;
+        let mut sched = HeunDiscreteScheduler::new(&self.shap_e.scheduler, s.prior_steps)?;
+        let noise = initial_noise(prior, &embeds, &mut rng.fork(stream::PRIOR))?;
+        let view_loss = ViewLoss {
+            decoder: &self.shap_e.decoder,
+            scorer: &self.scorer,
+            target,
+            settings: &s.guide,
+        };
+        let steps = s.prior_steps.max(1) as f64;
+        let loss = |z: &Tensor, step: usize, rng: &mut Rng| {
+            let parts = view_loss.loss(z, step as f64 / steps, rng)?;
+            Ok((parts.loss, parts.cosine))
+        };
+        let sampling = rng.fork(stream::SAMPLING);
+        Ok(guide::guided_sample(
+            &denoiser, &mut sched, &noise, &s.sampling, &loss, &sampling, on_step,
+        )?)
+    }
+
     /// The exploration bank of a run ([`guide::start`]): the prior sampled, in one batch of
     /// [`guide::GuideSettings::explore_prior_steps`] sampler steps, for every negative prompt
     /// other than `prompt` (stream [`stream::EXPLORE`]); `None` without negatives or with
@@ -215,6 +252,7 @@ impl Models {
             latent: run.latent,
             trace: run.trace,
             start: choice,
+            start_latent: chosen.latent,
         })
     }
 
@@ -254,6 +292,8 @@ pub struct Guided {
     pub trace: GuideTrace,
     /// How exploration chose the start.
     pub start: StartChoice,
+    /// The latent the loop started from (the prior's sample unless exploration chose another).
+    pub start_latent: Tensor,
 }
 
 impl Guided {
@@ -263,6 +303,7 @@ impl Guided {
             latent: latent.clone(),
             trace: GuideTrace::default(),
             start: StartChoice::default(),
+            start_latent: latent.clone(),
         }
     }
 }

@@ -12,7 +12,7 @@ use super::settings::RunSettings;
 use crate::device::device_name;
 use crate::device::memory::{Meter, Trim};
 use crate::device::Precision;
-use crate::guide::{GuideSettings, GuideTrace, StartChoice};
+use crate::guide::{GuideSettings, GuideTrace, SamplingTrace, StartChoice};
 use crate::mesh::{self, MemoryReport};
 
 /// The settings a run used, as `report.json` records them.
@@ -150,14 +150,19 @@ pub struct Report {
     pub models: ModelSources,
     /// Seed, steps and other settings.
     pub settings: ReportSettings,
-    /// Per-step CLIP cosine and loss, skipped steps.
+    /// Guided sampling through the prior: σ, CLIP cosine, loss, clipped share and push of every
+    /// guided sampler step, skipped steps (empty unless the mode guides the sampler).
+    pub sampling: SamplingTrace,
+    /// The latent optimization: per-step CLIP cosine and loss, skipped steps, held-aside
+    /// evaluations (empty unless the mode optimizes the latent).
     pub trace: GuideTrace,
     /// How exploration chose the start (bank scores, probes, the winner).
     pub start: StartChoice,
-    /// Held-aside score ([`crate::guide::Score`]) of the prior's latent: four fixed views, minus
-    /// the CLIP term (the bare cosine without negatives).
+    /// Held-aside score ([`crate::guide::Score`]) of the prior's latent (guided or not): four
+    /// fixed views, minus the CLIP term (the bare cosine without negatives).
     pub score_before: f32,
-    /// The same of the exported latent (the best one, never below `score_before`).
+    /// The same of the exported latent (after the latent optimization, never below
+    /// `score_before`).
     pub score_after: f32,
     /// Mean scoring-CLIP cosine to the prompt of the same views, before.
     pub cosine_before: f32,

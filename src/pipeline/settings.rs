@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::guide::GuideSettings;
+use crate::guide::{GuideMode, GuideSettings, SamplingGuidance};
 use crate::mesh::Format;
 
 /// Settings of one `generate` item (written into `report.json`, the guidance settings flattened).
@@ -14,7 +14,12 @@ pub struct RunSettings {
     pub prior_steps: usize,
     /// Prior guidance scale; `None`: the model's recommendation ([`crate::shap_e::SamplingDefaults`]).
     pub guidance_scale: Option<f64>,
-    /// Optimization settings.
+    /// Which guidance stages run.
+    pub mode: GuideMode,
+    /// Guided sampling through the prior (used when [`GuideMode::guides_sampling`]).
+    pub sampling: SamplingGuidance,
+    /// Latent optimization settings (used when [`GuideMode::optimizes_latent`]; the view loss's
+    /// views, side and samples are guided sampling's too).
     #[serde(flatten)]
     pub guide: GuideSettings,
     /// Export grid.
@@ -26,13 +31,16 @@ pub struct RunSettings {
 }
 
 impl RunSettings {
-    /// Settings for evaluating guidance without writing files: seed 0, 64 prior steps, the
-    /// model's recommended guidance scale, a 64³ mesh grid, 64 px previews, no output formats.
+    /// Settings for evaluating latent optimization without writing files: seed 0, 64 prior
+    /// steps, the model's recommended guidance scale, a 64³ mesh grid, 64 px previews, no output
+    /// formats.
     pub fn for_evaluation(guide: GuideSettings) -> Self {
         Self {
             seed: 0,
             prior_steps: 64,
             guidance_scale: None,
+            mode: GuideMode::Latent,
+            sampling: SamplingGuidance::default(),
             guide,
             grid: 64,
             preview_size: 64,

@@ -9,3 +9,5 @@ pub const GUIDE: u64 = 3;
 pub const PREVIEW: u64 = 4;
 /// Exploration: the bank's prior noise and the probes' draws.
 pub const EXPLORE: u64 = 5;
+/// Guided sampling (cameras, backgrounds, crops of each guided sampler step).
+pub const SAMPLING: u64 = 6;

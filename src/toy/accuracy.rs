@@ -1,71 +1,294 @@
-//! `clipsculpt eval`: prior-only vs guided accuracy of the toy world over prompts and seeds, judged
-//! on the exported meshes by [`classify`] (no CLIP involved).
+//! `clipsculpt eval`: the toy world's accuracy per guidance mode, over prompts and seeds, judged
+//! on the exported meshes by [`classify`] (no CLIP involved), with the attribution of every guided
+//! run: the verdict on the latent its guided stage started from and on the one it exported.
+//!
+//! Modes ([`EvalMode`]): `prior` (the unguided sample), `latent` (latent optimization from it),
+//! `explore` (the same with exploration by latent analogies), `sampling` (guided sampling through
+//! the prior from the same noise) and `both` (guided sampling, then latent optimization). Every
+//! mode of one prompt and seed shares the prior's noise, so `prior` is each mode's unguided twin.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Instant;
 
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 
-use super::eval::{classify, Classification, EvalError};
-use super::report::EvalTable;
+use super::eval::{classify, EvalError};
+use super::report::{Attribution, EvalRecord, EvalTable, Verdict};
+use super::world::is_held_out;
 use crate::autodiff::rng::Rng;
-use crate::guide::{unscored, Target};
-use crate::pipeline::{extract_mesh, Models, RunSettings};
+use crate::guide::{self, Explore, GuideMode, Score, Target};
+use crate::pipeline::{extract_mesh, same_values, Guided, Models, RunSettings};
 
-/// Prior-only vs guided accuracy of the toy world: for every prompt and seed, classify the mesh
-/// of the prior sample and of the guided latent by shape IoU and mean colour (no CLIP involved).
+/// A mode the evaluation compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvalMode {
+    /// The prior's unguided sample.
+    Prior,
+    /// Latent optimization from the prior's sample (no exploration).
+    Latent,
+    /// Latent optimization from the start exploration chooses (latent analogies).
+    Explore,
+    /// Guided sampling through the prior.
+    Sampling,
+    /// Guided sampling, then latent optimization.
+    Both,
+}
+
+impl EvalMode {
+    /// Every mode, in table order.
+    pub const ALL: [EvalMode; 5] = [
+        Self::Prior,
+        Self::Latent,
+        Self::Explore,
+        Self::Sampling,
+        Self::Both,
+    ];
+
+    /// The run settings of this mode from the common settings `s`.
+    fn settings(self, s: &RunSettings) -> RunSettings {
+        let mut run = s.clone();
+        (run.mode, run.guide.explore) = match self {
+            Self::Prior => (GuideMode::Off, Explore::Off),
+            Self::Latent => (GuideMode::Latent, Explore::Off),
+            Self::Explore => (GuideMode::Latent, Explore::Analogies),
+            Self::Sampling => (GuideMode::Sampling, Explore::Off),
+            Self::Both => (GuideMode::Both, Explore::Off),
+        };
+        run
+    }
+}
+
+impl FromStr for EvalMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.to_string() == s)
+            .ok_or_else(|| format!("unknown mode {s:?} (prior, latent, explore, sampling, both)"))
+    }
+}
+
+impl fmt::Display for EvalMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Prior => "prior",
+            Self::Latent => "latent",
+            Self::Explore => "explore",
+            Self::Sampling => "sampling",
+            Self::Both => "both",
+        })
+    }
+}
+
+/// Evaluates every prompt (a toy caption) at every seed in every mode of `modes`, with the
+/// common settings `s`; `on_item(prompt, seed)` reports progress.
 pub fn evaluate(
     models: &Models,
     prompts: &[String],
     seeds: &[u64],
+    modes: &[EvalMode],
     s: &RunSettings,
     device: &Device,
     mut on_item: impl FnMut(&str, u64),
-) -> Result<[EvalTable; 2]> {
-    let mut tables = [EvalTable::new(), EvalTable::new()];
+) -> Result<EvalTable> {
+    let mut table = EvalTable::new();
     for prompt in prompts {
-        let target = Target::new(&models.scorer, prompt, &models.negatives, s.guide.contrast)?;
+        let Ok(expected) = EvalTable::expected(prompt) else {
+            tracing::warn!("{prompt:?} names no toy shape and colour; skipped");
+            continue;
+        };
+        let run = PromptRun::new(models, prompt, expected, s, device)?;
         for &seed in seeds {
             on_item(prompt, seed);
-            let rng = Rng::new(seed);
-            let t = Instant::now();
-            let z0 = models.run_sample(prompt, s, &rng, device)?;
-            let prior_secs = t.elapsed().as_secs_f64();
-            let judge = |z: &Tensor| -> Result<std::result::Result<Classification, EvalError>> {
-                Ok(
-                    match extract_mesh(&models.shap_e.decoder, z, s.grid, device) {
-                        Ok(m) => classify(&m),
-                        Err(e) => {
-                            tracing::warn!("{prompt:?} seed {seed}: no mesh ({e:#})");
-                            Err(EvalError::Empty)
-                        }
-                    },
-                )
-            };
-            let before = judge(&z0)?;
-            let outcome =
-                |table: &mut EvalTable, c: &std::result::Result<_, _>, secs| -> Result<()> {
-                    table.push(prompt, c.as_ref(), secs).map_err(|e| {
-                        anyhow::anyhow!("prompt {prompt:?} is not a toy caption ({})", e.0)
-                    })
-                };
-            outcome(&mut tables[0], &before, prior_secs)?;
-            let t = Instant::now();
-            let guided = models.guide(&target, unscored(&z0), s, &rng, device, |_, _| {})?;
-            let after = judge(&guided.latent)?;
-            outcome(
-                &mut tables[1],
-                &after,
-                prior_secs + t.elapsed().as_secs_f64(),
-            )?;
-            // The prior's sample is what guidance must not fall below, also when exploration
-            // started the loop elsewhere.
-            let evals = &guided.trace.evals;
-            if let Some(&(_, start)) = evals.first() {
-                let best = evals.iter().map(|e| e.1).fold(start, f32::max);
-                tables[1].set_last_scores([guided.start.prior_score.unwrap_or(start), best]);
+            run.seed(seed, modes, &mut table)?;
+        }
+    }
+    Ok(table)
+}
+
+/// What every run of one prompt shares.
+struct PromptRun<'a> {
+    models: &'a Models,
+    prompt: &'a str,
+    expected: (super::Shape, super::Colour),
+    target: Target,
+    s: &'a RunSettings,
+    device: &'a Device,
+}
+
+/// A latent with the verdict on its mesh and the seconds it took to make.
+struct Judged {
+    latent: Tensor,
+    verdict: Verdict,
+    seconds: f64,
+}
+
+impl<'a> PromptRun<'a> {
+    fn new(
+        models: &'a Models,
+        prompt: &'a str,
+        expected: (super::Shape, super::Colour),
+        s: &'a RunSettings,
+        device: &'a Device,
+    ) -> Result<Self> {
+        let target = Target::new(&models.scorer, prompt, &models.negatives, s.guide.contrast)?;
+        Ok(Self {
+            models,
+            prompt,
+            expected,
+            target,
+            s,
+            device,
+        })
+    }
+
+    /// The verdict on `z`'s mesh (no surface counts as an empty mesh).
+    fn judge(&self, z: &Tensor) -> Verdict {
+        let mesh = extract_mesh(&self.models.shap_e.decoder, z, self.s.grid, self.device);
+        match mesh {
+            Ok(m) => Verdict::of(classify(&m).as_ref()),
+            Err(e) => {
+                tracing::warn!("{:?}: no mesh ({e:#})", self.prompt);
+                Verdict::of(Err(&EvalError::Empty))
             }
         }
     }
-    Ok(tables)
+
+    /// The held-aside score of `z`.
+    fn score(&self, z: &Tensor) -> Result<Score> {
+        let m = self.models;
+        let side = self.s.guide.eval_side(m.scorer.image_size());
+        Ok(guide::score(&m.shap_e.decoder, &m.scorer, &self.target, z, side)?)
+    }
+
+    /// Every mode at `seed`, pushed onto `table`.
+    fn seed(&self, seed: u64, modes: &[EvalMode], table: &mut EvalTable) -> Result<()> {
+        let rng = Rng::new(seed);
+        let t = Instant::now();
+        let z0 = self.models.run_sample(self.prompt, self.s, &rng, self.device)?;
+        let prior = Judged {
+            verdict: self.judge(&z0),
+            latent: z0,
+            seconds: t.elapsed().as_secs_f64(),
+        };
+        let prior_score = self.score(&prior.latent)?;
+        let mut sampled: Option<Judged> = None;
+        for &mode in modes {
+            let record = match mode {
+                EvalMode::Prior => self.record(mode, seed, prior.verdict.clone(), None, prior.seconds),
+                EvalMode::Latent | EvalMode::Explore => {
+                    self.latent_run(mode, seed, &rng, &prior, prior_score, "prior sample")?
+                }
+                EvalMode::Sampling | EvalMode::Both => {
+                    if sampled.is_none() {
+                        sampled = Some(self.sampling_run(&rng)?);
+                    }
+                    // ok: set just above.
+                    let guided = sampled.as_ref().expect("guided sample");
+                    if mode == EvalMode::Sampling {
+                        let score = self.score(&guided.latent)?;
+                        let attribution = Attribution {
+                            start: "unguided sample".into(),
+                            start_verdict: prior.verdict.clone(),
+                            scores: Some([prior_score.score, score.score]),
+                            export_step: None,
+                            moved: !same_values(&prior.latent, &guided.latent)?,
+                        };
+                        let v = guided.verdict.clone();
+                        self.record(mode, seed, v, Some(attribution), guided.seconds)
+                    } else {
+                        let start_score = self.score(&guided.latent)?;
+                        self.latent_run(mode, seed, &rng, guided, start_score, "guided sample")?
+                    }
+                }
+            };
+            table.push(record);
+        }
+        Ok(())
+    }
+
+    /// The guided sample of this prompt at the root generator `rng`, judged.
+    fn sampling_run(&self, rng: &Rng) -> Result<Judged> {
+        let t = Instant::now();
+        let s = EvalMode::Sampling.settings(self.s);
+        let (z, _) = self
+            .models
+            .guided_sample(&self.target, &s, rng, self.device, |_, _| {})?;
+        Ok(Judged {
+            verdict: self.judge(&z),
+            latent: z,
+            seconds: t.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The latent optimization of `mode` from `from` (held-aside score `from_score`), judged with
+    /// its attribution.
+    fn latent_run(
+        &self,
+        mode: EvalMode,
+        seed: u64,
+        rng: &Rng,
+        from: &Judged,
+        from_score: Score,
+        from_name: &str,
+    ) -> Result<EvalRecord> {
+        let t = Instant::now();
+        let s = mode.settings(self.s);
+        let start = guide::Start {
+            latent: &from.latent,
+            score: Some(from_score.score),
+        };
+        let guided = self.models.guide(&self.target, start, &s, rng, self.device, |_, _| {})?;
+        let seconds = from.seconds + t.elapsed().as_secs_f64();
+        let export = self.judge(&guided.latent);
+        let attribution = self.latent_attribution(&guided, from, from_name)?;
+        Ok(self.record(mode, seed, export, Some(attribution), seconds))
+    }
+
+    /// Where the latent stage of `guided` started (the sampler's output `from`, or an
+    /// exploration candidate) and what it exported.
+    fn latent_attribution(&self, guided: &Guided, from: &Judged, from_name: &str) -> Result<Attribution> {
+        let (start, start_verdict) = match guided.start.candidate {
+            None => (from_name.to_string(), from.verdict.clone()),
+            Some(i) if i < guided.start.bank_size => (format!("bank {i}"), self.judge(&guided.start_latent)),
+            Some(i) => (
+                format!("completion {}", i - guided.start.bank_size),
+                self.judge(&guided.start_latent),
+            ),
+        };
+        let trace = &guided.trace;
+        let score_at = |step: usize| trace.evals.iter().find(|e| e.0 == step).map(|e| e.1);
+        let scores = score_at(0).zip(score_at(trace.best_step)).map(|(a, b)| [a, b]);
+        Ok(Attribution {
+            start,
+            start_verdict,
+            scores,
+            export_step: Some(trace.best_step),
+            moved: !same_values(&guided.start_latent, &guided.latent)?,
+        })
+    }
+
+    fn record(
+        &self,
+        mode: EvalMode,
+        seed: u64,
+        export: Verdict,
+        attribution: Option<Attribution>,
+        seconds: f64,
+    ) -> EvalRecord {
+        let (expected_shape, expected_colour) = self.expected;
+        EvalRecord {
+            prompt: self.prompt.to_string(),
+            mode: mode.to_string(),
+            seed,
+            expected_shape,
+            expected_colour,
+            held_out: is_held_out(expected_shape, expected_colour),
+            export,
+            attribution,
+            seconds,
+        }
+    }
 }

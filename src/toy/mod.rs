@@ -6,12 +6,12 @@
 //! * [`caption`]: "a red cube" and paraphrases, [`parse_caption`];
 //! * [`tokenizer`]: [`toy_tokenizer_json`], a CLIP-style BPE `tokenizer.json` covering every caption word;
 //! * [`eval`]: [`classify`] a mesh by volumetric IoU against each shape and by mean colour;
-//! * [`report`]: [`EvalTable`], accuracies split into seen and held-out combinations;
+//! * [`report`]: [`EvalTable`], per-run verdicts with their attribution, per mode and split;
 //! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding;
 //! * [`render`]: decoder-like volume renders of analytic objects;
 //! * [`train_clip`], [`train_prior`]: contrastive CLIP and diffusion prior training;
 //! * [`random`]: random-weight model folders in the loaders' layout (tests, benches, training);
-//! * [`accuracy`]: `clipsculpt eval`, prior-only vs guided accuracy over prompts and seeds;
+//! * [`accuracy`]: `clipsculpt eval`, accuracy per guidance mode over prompts and seeds;
 //! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`.
 
 pub mod accuracy;
@@ -28,9 +28,12 @@ pub mod train_prior;
 mod voxel;
 pub mod world;
 
-pub use accuracy::evaluate;
+pub use accuracy::{evaluate, EvalMode};
 pub use caption::{caption, captions, parse_caption};
 pub use eval::{classify, classify_with, Classification, EvalError, EvalOptions, ShapeScore};
-pub use report::{EvalRecord, EvalSummary, EvalTable, SplitSummary, UnknownPrompt};
+pub use report::{
+    wilson, Attribution, EvalRecord, EvalTable, ModeSummary, Share, SplitSummary, UnknownPrompt,
+    Verdict,
+};
 pub use tokenizer::toy_tokenizer_json;
-pub use world::{is_held_out, Colour, Shape, Variation, WorldObject, HELD_OUT};
+pub use world::{is_held_out, Colour, Shape, Variation, WorldObject, HELD_OUT, SHAPE_ALIASES};
