@@ -5,7 +5,7 @@ use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::guide::{Explore, GuideSettings};
+use clipsculpt::guide::{Explore, GuideMode, GuideSettings, SamplingGuidance};
 use clipsculpt::mesh::Format;
 use clipsculpt::pipeline::{extract_mesh, generate, Models, RunSettings};
 use clipsculpt::shap_e::ShapE;
@@ -95,6 +95,8 @@ fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
             seed: 0,
             prior_steps: 16,
             guidance_scale: None,
+            mode: GuideMode::Latent,
+            sampling: SamplingGuidance::default(),
             guide,
             grid: 16,
             preview_size: 8,
@@ -132,6 +134,8 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         seed: 3,
         prior_steps: 2,
         guidance_scale: Some(3.0),
+        mode: GuideMode::Latent,
+        sampling: SamplingGuidance::default(),
         guide,
         grid: 20,
         preview_size: 8,
@@ -226,6 +230,44 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         "report.json",
         "mesh.glb",
     ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    Ok(())
+}
+
+/// Guided sampling through a random prior with classifier-free guidance (both branches as one
+/// batch): every guided step's gradient reaches the sampler state through the checkpointed
+/// blocks (none skipped), the trace and the stages' memory are in the report, and every file is
+/// written.
+#[test]
+fn guided_sampling_run_records_its_trace() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let dev = Device::Cpu;
+    let models = random_pipeline(dir.path())?;
+    let s = RunSettings {
+        seed: 5,
+        prior_steps: 6,
+        guidance_scale: Some(3.0),
+        mode: GuideMode::Sampling,
+        sampling: SamplingGuidance {
+            sigma_max: 1000.0,
+            sigma_min: 0.01,
+            ..SamplingGuidance::default()
+        },
+        guide: small_guide(),
+        grid: 20,
+        preview_size: 8,
+        formats: vec![Format::Ply],
+    };
+    let out = dir.path().join("out");
+    let report = generate(&models, "a red cube", &s, &out, &dev, |_| {})?;
+    // 6 Heun steps: every step but the last (σ → 0) is guided.
+    assert_eq!(report.sampling.steps.len(), 5, "{:?}", report.sampling);
+    assert_eq!(report.sampling.skipped, 0);
+    assert!(report.sampling.steps.iter().all(|g| g.push_rms > 0.0));
+    assert!(report.trace.cosine.is_empty(), "no latent stage in sampling mode");
+    assert!(report.memory.peak_bytes.sampling > 0);
+    for f in ["latent.safetensors", "mesh.ply", "report.json"] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     Ok(())

@@ -143,7 +143,7 @@ fn every_checkpoint_policy_gives_the_unchecked_gradient_bitwise() -> Result<()> 
         Policy::Sqrt,
         Policy::LastN(2),
         Policy::LastN(layers),
-        Policy::Budget(64 << 10),
+        Policy::Budget(200 << 10),
         Policy::Budget(1 << 30),
     ];
     for p in policies {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::guide::unscored;
-use clipsculpt::pipeline::{extract_mesh, Models};
+use clipsculpt::pipeline::{extract_mesh, read_negatives, Models};
 use clipsculpt::toy::classify;
 use clipsculpt::toy::world::{combinations, training_combinations, Colour, Shape};
 use clipsculpt::toy::{caption, captions};
@@ -111,17 +111,30 @@ fn clip_text_embeddings_separate_combinations() {
     );
 }
 
-/// Guidance turns the prior's wrong objects for held-out captions into the right ones, judged
-/// by the toy evaluator (not by CLIP): "a black torus" (the prior's sample has no surface) and
-/// "a green sphere" (the prior gives a green cube). Both are found by exploration among the
-/// consensus completions of the bank, not by the prior's sample.
+/// The toy models with the caption grid as negatives: an experiment that knows the evaluation's
+/// captions (not a default).
+fn models_with_the_caption_grid() -> Models {
+    let mut m = models();
+    m.negatives = read_negatives(&toy().join("clip/caption-grid.txt")).unwrap();
+    assert_eq!(m.negatives.len(), 36);
+    m
+}
+
+/// With the caption grid as negatives (opt-in: it lists the evaluation's captions),
+/// exploration by latent analogies starts the latent stage from the right object for held-out
+/// captions, judged by the toy evaluator (not by CLIP): "a black torus" (the prior's sample has
+/// no surface) and "a green sphere" (the prior gives a green cube). Both come from the bank's
+/// consensus completions, which the grid makes possible, not from gradient steps.
 #[test]
-fn guidance_fixes_a_held_out_shape() {
+fn exploration_with_the_caption_grid_finds_held_out_shapes() {
     use clipsculpt::guide::{GuideSettings, Target};
     use clipsculpt::pipeline::RunSettings;
-    let m = models();
+    let m = models_with_the_caption_grid();
     let dev = Device::Cpu;
-    let run = RunSettings::for_evaluation(GuideSettings::default());
+    let run = RunSettings::for_evaluation(GuideSettings {
+        explore: clipsculpt::guide::Explore::Analogies,
+        ..GuideSettings::default()
+    });
     let verdict = |z: &Tensor| {
         extract_mesh(&m.shap_e.decoder, z, 64, &dev)
             .ok()
@@ -156,9 +169,12 @@ fn guidance_fixes_a_held_out_shape() {
 fn exploration_keeps_a_right_prior_sample() {
     use clipsculpt::guide::{GuideSettings, Target};
     use clipsculpt::pipeline::RunSettings;
-    let m = models();
+    let m = models_with_the_caption_grid();
     let dev = Device::Cpu;
-    let run = RunSettings::for_evaluation(GuideSettings::default());
+    let run = RunSettings::for_evaluation(GuideSettings {
+        explore: clipsculpt::guide::Explore::Analogies,
+        ..GuideSettings::default()
+    });
     let want = (Shape::Cube, Colour::Green);
     let prompt = caption(want.0, want.1);
     let rng = Rng::new(run.seed);
@@ -176,4 +192,101 @@ fn exploration_keeps_a_right_prior_sample() {
     let mesh = extract_mesh(&m.shap_e.decoder, &z, 64, &dev).unwrap();
     let c = classify(&mesh).unwrap();
     assert_eq!((c.shape, c.colour), want);
+}
+
+/// Guided sampling through the prior raises the held-aside score of the prior's output over the
+/// unguided sample from the same noise, and with strength 0 it is that sample, bit for bit.
+#[test]
+fn guided_sampling_raises_the_held_aside_score() {
+    use clipsculpt::guide::{score, GuideMode, GuideSettings, Target};
+    use clipsculpt::pipeline::{same_values, RunSettings};
+    let m = models();
+    let dev = Device::Cpu;
+    let mut run = RunSettings::for_evaluation(GuideSettings::default());
+    run.mode = GuideMode::Sampling;
+    let prompt = "a green sphere";
+    let target = Target::new(&m.scorer, prompt, &m.negatives, run.guide.contrast).unwrap();
+    let rng = Rng::new(3);
+    let plain = m.run_sample(prompt, &run, &rng, &dev).unwrap();
+    let side = run.guide.eval_side(m.scorer.image_size());
+    let held_aside = |z: &Tensor| score(&m.shap_e.decoder, &m.scorer, &target, z, side).unwrap();
+    let (guided, trace) = m
+        .guided_sample(&target, &run, &rng, &dev, |_, _| {})
+        .unwrap();
+    assert!(!trace.steps.is_empty() && trace.skipped == 0, "{trace:?}");
+    let (before, after) = (held_aside(&plain).score, held_aside(&guided).score);
+    eprintln!("held-aside score: unguided {before:.4}, guided {after:.4}");
+    assert!(after > before + 0.01, "unguided {before}, guided {after}");
+    run.sampling.scale = 0.0;
+    let (off, trace) = m
+        .guided_sample(&target, &run, &rng, &dev, |_, _| {})
+        .unwrap();
+    assert!(trace.steps.is_empty());
+    assert!(same_values(&off, &plain).unwrap(), "strength 0 changed the sample");
+}
+
+/// A paraphrase of the prompt is not contrasted against it; another combination is.
+#[test]
+fn a_paraphrase_is_excluded_from_its_own_negatives() {
+    use clipsculpt::guide::Target;
+    let m = models();
+    let negatives = vec![
+        "a sphere that is green".to_string(),
+        "a green colored sphere".to_string(),
+        "a green cube".to_string(),
+    ];
+    let t = Target::new(&m.scorer, "a green sphere", &negatives, 10.0).unwrap();
+    assert_eq!(t.negatives(), 1, "only \"a green cube\" stays");
+}
+
+/// Unknown words: the toy tokenizer names them (generation goes on with a warning), the
+/// evaluator reads everyday aliases, and a prompt naming no toy object is skipped, not fatal.
+#[test]
+fn unknown_words_warn_instead_of_aborting() {
+    use clipsculpt::toy::{parse_caption, EvalTable};
+    let m = models();
+    assert_eq!(m.tokenizer.unknown_words("a red ball"), vec!["ball"]);
+    assert!(m.tokenizer.unknown_words("a sphere that is red").is_empty());
+    assert!(m.text_embeds("a shiny red ball", &Device::Cpu).is_ok());
+    assert_eq!(parse_caption("a red ball"), Some((Shape::Sphere, Colour::Red)));
+    assert_eq!(parse_caption("a blue box"), Some((Shape::Cube, Colour::Blue)));
+    assert!(EvalTable::expected("a wooden chair").is_err());
+}
+
+/// An eval record of a guided mode carries the verdict on the latent its stage started from and
+/// on the one it exported, and which start it was.
+#[test]
+fn eval_records_carry_start_and_export_verdicts() {
+    use clipsculpt::guide::GuideSettings;
+    use clipsculpt::pipeline::RunSettings;
+    use clipsculpt::toy::{evaluate, EvalMode, EvalPlan, HELD_OUT};
+    let m = models();
+    let mut run = RunSettings::for_evaluation(GuideSettings {
+        steps: 2,
+        eval_every: 1,
+        ..GuideSettings::default()
+    });
+    run.prior_steps = 16;
+    run.grid = 48;
+    run.sampling.sigma_max = 2.0;
+    let prompts = vec!["a red cube".to_string()];
+    let plan = EvalPlan {
+        prompts: &prompts,
+        seeds: &[0],
+        modes: &[EvalMode::Prior, EvalMode::Latent, EvalMode::Sampling],
+        held_out: &HELD_OUT,
+    };
+    let table = evaluate(&m, &plan, &run, &Device::Cpu, |_, _| {}).unwrap();
+    assert_eq!(table.records.len(), 3);
+    let [prior, latent, sampling] = [0, 1, 2].map(|i| &table.records[i]);
+    assert!(prior.attribution.is_none() && prior.right());
+    for (r, start) in [(latent, "prior sample"), (sampling, "unguided sample")] {
+        let a = r.attribution.as_ref().expect("a guided record has an attribution");
+        assert_eq!(a.start, start);
+        // Every mode of one seed starts from the same prior sample, judged once.
+        assert_eq!(a.start_verdict, prior.export, "{}", r.mode);
+        assert!(r.export.shape.is_some(), "{:?}", r.export);
+        assert!(a.scores.is_some());
+    }
+    assert!(latent.attribution.as_ref().unwrap().export_step.is_some());
 }

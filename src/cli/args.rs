@@ -25,7 +25,8 @@ pub(super) struct ModelArgs {
     #[arg(long)]
     pub eval_clip: Option<ModelSpec>,
     /// Negative prompts to contrast the prompt against, one per line (default: the scoring CLIP
-    /// folder's negatives.txt, if any; the toy world ships its 36 captions there).
+    /// folder's negatives.txt, if any; the toy world ships none: its caption grid,
+    /// assets/toy/clip/caption-grid.txt, is for experiments only).
     #[arg(long)]
     pub negatives: Option<PathBuf>,
 }

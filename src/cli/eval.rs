@@ -11,7 +11,8 @@ use super::context::Context;
 use super::progress::progress;
 use super::EXIT_OK;
 use crate::batch::parse_prompt_file;
-use crate::toy::{evaluate, EvalMode};
+use crate::toy::world::held_out_split;
+use crate::toy::{caption, evaluate, EvalMode, EvalPlan};
 
 /// Toy-world evaluation: shape/colour accuracy per guidance mode, seen vs held-out, with the
 /// attribution of every guided run.
@@ -45,7 +46,15 @@ impl Eval {
         let seeds: Vec<u64> = (0..self.seeds).map(|k| self.settings.seed + k).collect();
         let bar = progress((prompts.len() * seeds.len()) as u64, cx.quiet);
         bar.set_prefix("evaluating");
-        let table = evaluate(&models, &prompts, &seeds, &self.modes, &run, &device, |p, seed| {
+        let held_out = held_out_split(std::path::Path::new(&models.sources.shap_e))
+            .map_err(|e| anyhow::anyhow!("reading the prior's held-out split: {e}"))?;
+        let plan = EvalPlan {
+            prompts: &prompts,
+            seeds: &seeds,
+            modes: &self.modes,
+            held_out: &held_out,
+        };
+        let table = evaluate(&models, &plan, &run, &device, |p, seed| {
             bar.set_message(format!("{p} (seed {seed})"));
             bar.inc(1);
         })?;
@@ -58,17 +67,14 @@ impl Eval {
             0 => "none (the bare cosine)".to_string(),
             n => format!("{n}: {}", models.negatives.join("; ")),
         };
+        let held: Vec<String> = held_out.iter().map(|&(sh, c)| caption(sh, c)).collect();
+        println!("Negatives: {negatives}");
+        println!("Held out of the prior: {}", held.join(", "));
         println!(
-            "Negatives: {negatives}
-Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}
-
-{}",
-            run.guide.steps,
-            run.sampling.scale,
-            run.sampling.sigma_max,
-            run.sampling.sigma_min,
-            table.to_markdown()
+            "Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}\n",
+            run.guide.steps, run.sampling.scale, run.sampling.sigma_max, run.sampling.sigma_min,
         );
+        println!("{}", table.to_markdown());
         Ok(ExitCode::from(EXIT_OK))
     }
 }

@@ -11,6 +11,7 @@ use super::context::{ensure_writable, Context};
 use super::progress::{progress, spinner};
 use super::EXIT_OK;
 use crate::toy::train::{train_toy, ToyTrainSettings, TrainLog, TrainProgress, LOG_FILE};
+use crate::toy::world::parse_split;
 
 /// Train the embedded toy world (decoder, CLIP, prior) from a seed into a folder.
 #[derive(Debug, ClapArgs)]
@@ -42,6 +43,15 @@ pub(super) struct TrainToy {
     /// world's unstructured latent space)
     #[arg(long)]
     per_object_latents: bool,
+    /// The combinations the prior does not train on, as comma-separated captions (default: the
+    /// embedded world's six: a green sphere, a blue cube, a yellow cylinder, a white cone, a
+    /// black torus, a red capsule); written to shap_e/held_out.txt, which `eval` reads.
+    #[arg(long)]
+    held_out: Option<String>,
+    /// Train only the prior into the world already in --out (e.g. for another --held-out split),
+    /// keeping its decoder, latents and CLIPs.
+    #[arg(long, conflicts_with_all = ["reuse_clip", "only_scorer"])]
+    only_prior: bool,
 }
 
 impl TrainToy {
@@ -64,6 +74,10 @@ impl TrainToy {
         settings.reuse_clip = self.reuse_clip;
         settings.only_scorer = self.only_scorer;
         settings.decoder.factorized = !self.per_object_latents;
+        settings.only_prior = self.only_prior;
+        if let Some(h) = &self.held_out {
+            settings.held_out = parse_split(h).map_err(|e| anyhow::anyhow!("--held-out: {e}"))?;
+        }
         let bar = RefCell::new(spinner(true));
         let log = train_toy(&self.out, &settings, &device, |p| match p {
             TrainProgress::Stage(name, steps) => {
@@ -108,3 +122,4 @@ impl TrainToy {
         );
     }
 }
+

@@ -29,6 +29,9 @@ pub const BOS: &str = "<|startoftext|>";
 pub const EOS: &str = "<|endoftext|>";
 /// Marks the last symbol of a word in CLIP's BPE.
 pub const END_OF_WORD: &str = "</w>";
+/// Vocabularies smaller than this are toy vocabularies ([`ClipTokenizer::unknown_words`]); CLIP's
+/// has 49,408 tokens.
+pub const SMALL_VOCABULARY: usize = 10_000;
 
 /// One tokenized prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +115,25 @@ impl ClipTokenizer {
             context,
             tokenizer,
         })
+    }
+
+    /// The words of `prompt` (lowercased letter runs) that a *small* vocabulary (under
+    /// [`SMALL_VOCABULARY`] tokens, like the toy world's) has no whole-word token for: the text
+    /// tower sees them only as letters it was never trained on. Empty for full-size vocabularies,
+    /// which split rare words into pieces they were trained on.
+    pub fn unknown_words(&self, prompt: &str) -> Vec<String> {
+        if self.tokenizer.get_vocab_size(true) >= SMALL_VOCABULARY {
+            return Vec::new();
+        }
+        let lower = prompt.to_lowercase();
+        let mut unknown: Vec<String> = lower
+            .split(|c: char| !c.is_alphabetic())
+            .filter(|w| !w.is_empty())
+            .filter(|w| self.tokenizer.token_to_id(&format!("{w}{END_OF_WORD}")).is_none())
+            .map(String::from)
+            .collect();
+        unknown.dedup();
+        unknown
     }
 
     /// The context length (ids per prompt).

@@ -30,6 +30,12 @@ pub const DIAGONAL_FRACTION: f32 = 0.5;
 /// that latent.
 pub const RADIUS_FRACTION: f32 = 0.4;
 
+/// Most element operations the search may take (`triples × latent length`, triples bounded by
+/// `n³/2` for a bank of `n`): about a second of scalar work. Larger banks are skipped with a
+/// warning: 36 toy latents of 2,048 values take 5·10⁷; 35 latents of the published 1024 × 1024
+/// would take 2·10¹⁰.
+pub const MAX_WORK: usize = 2_000_000_000;
+
 /// A candidate latent completed from the bank.
 #[derive(Debug, Clone)]
 pub struct Completion {
@@ -47,6 +53,14 @@ pub fn completions(bank: &[Vec<f32>]) -> Vec<Completion> {
         return Vec::new();
     }
     let len = bank[0].len();
+    let work = n * (n - 1) * (n - 2) / 2 * len;
+    if work > MAX_WORK {
+        tracing::warn!(
+            "exploration skipped: completing a bank of {n} latents of {len} values would take about \
+             {work:.1e} operations (the bound is {MAX_WORK:.0e}); use fewer negatives or --explore bank"
+        );
+        return Vec::new();
+    }
     let mean: Vec<f32> = (0..len)
         .map(|k| bank.iter().map(|z| z[k]).sum::<f32>() / n as f32)
         .collect();
@@ -169,6 +183,30 @@ mod tests {
         assert!(err < 0.1 * spread, "error {err} against spread {spread}");
         // (3 other shapes) × (3 other colours) parallelograms complete the missing corner.
         assert_eq!(found[0].support, 9);
+    }
+
+    /// The bank of the additive test above, each latent tiled to `tiles` times its length (the
+    /// same cosines and parallelograms): past [`MAX_WORK`] the search is skipped, so the missing
+    /// corner it recovers at length 256 is not computed at length 256 · 6,000.
+    #[test]
+    fn an_oversized_bank_is_skipped() {
+        let dim = 256;
+        let mut rng = Rng::new(7);
+        let mut code =
+            |scale: f32| -> Vec<f32> { (0..dim).map(|_| rng.normal() * scale).collect() };
+        let parts: Vec<Vec<f32>> = (0..8).map(|_| code(0.25)).collect();
+        let mut bank: Vec<Vec<f32>> = Vec::new();
+        for s in 0..4 {
+            for c in 4..8 {
+                if (s, c) != (2, 5) {
+                    bank.push((0..dim).map(|k| parts[s][k] + parts[c][k]).collect());
+                }
+            }
+        }
+        assert_eq!(completions(&bank).len(), 1, "the small bank completes");
+        let tiled: Vec<Vec<f32>> = bank.iter().map(|z| z.repeat(6000)).collect();
+        assert!(15 * 14 * 13 / 2 * tiled[0].len() > MAX_WORK);
+        assert!(completions(&tiled).is_empty());
     }
 
     /// Unstructured latents give no completion.

@@ -33,5 +33,5 @@ pub use start::{choose_start, ChosenStart, StartChoice};
 pub use target::{same_prompt, Target};
 
 /// A file of negative prompts beside a scoring CLIP's weights (one per line): when present,
-/// guidance contrasts the prompt against them (the toy world ships its caption set).
+/// guidance contrasts the prompt against them. The toy world ships none.
 pub const NEGATIVES_FILE: &str = "negatives.txt";

@@ -41,7 +41,7 @@ pub struct SamplingGuidance {
 impl Default for SamplingGuidance {
     fn default() -> Self {
         Self {
-            scale: 0.5,
+            scale: 2.0,
             sigma_max: 20.0,
             sigma_min: 0.2,
             prior_policy: Policy::BLOCKS,

@@ -73,7 +73,7 @@ impl Default for GuideSettings {
             eval_every: 5,
             eval_resolution: 0,
             contrast: 10.0,
-            explore: Explore::Analogies,
+            explore: Explore::Off,
             explore_refine: 0,
             explore_prior_steps: 16,
             explore_steps: 5,

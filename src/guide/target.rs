@@ -20,6 +20,11 @@ pub fn same_prompt(a: &str, b: &str) -> bool {
     a.trim().to_lowercase() == b.trim().to_lowercase()
 }
 
+/// A negative whose text embedding has at least this cosine with the prompt's is taken for a
+/// paraphrase of it and dropped: contrasting a prompt against its own paraphrase penalises the
+/// right object.
+pub const PARAPHRASE_COSINE: f32 = 0.95;
+
 /// The prompt and its negatives as unit text embeddings.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -44,9 +49,29 @@ pub struct ClipTerm {
     pub cosine: Tensor,
 }
 
+/// The rows of `embeds (k, D)` (unit embeddings of `names`) whose cosine with `text (1, D)` is
+/// below [`PARAPHRASE_COSINE`]; `None` when none is.
+fn drop_paraphrases(text: &Tensor, names: &[&str], embeds: &Tensor) -> Result<Option<Tensor>> {
+    let cos = embeds.matmul(&text.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+    let mut keep = Vec::new();
+    for (i, (&c, name)) in cos.iter().zip(names).enumerate() {
+        if c >= PARAPHRASE_COSINE {
+            tracing::info!("negative {name:?} dropped: a paraphrase of the prompt (cosine {c:.3})");
+        } else {
+            keep.push(i as u32);
+        }
+    }
+    if keep.is_empty() {
+        return Ok(None);
+    }
+    let idx = Tensor::new(keep.as_slice(), embeds.device())?;
+    Ok(Some(embeds.index_select(&idx, 0)?))
+}
+
 impl Target {
     /// Embeds `prompt` and `negatives` with `scorer`; negatives equal to the prompt (ignoring case
-    /// and surrounding blanks) or empty are dropped. `contrast` is the weight `c`.
+    /// and surrounding blanks), paraphrases of it ([`PARAPHRASE_COSINE`]) or empty are dropped
+    /// (with a log line naming the paraphrases). `contrast` is the weight `c`.
     pub fn new(
         scorer: &ClipScorer,
         prompt: &str,
@@ -62,7 +87,7 @@ impl Target {
         let negatives = if kept.is_empty() || contrast == 0.0 {
             None
         } else {
-            Some(scorer.embed_texts(&kept)?)
+            drop_paraphrases(&text, &kept, &scorer.embed_texts(&kept)?)?
         };
         let scale = f64::from(scorer.logit_scale()?);
         Ok(Self::from_embeddings(

@@ -109,6 +109,15 @@ impl Models {
 
     /// The prior's raw CLIP text embedding `(1, dim)` of `prompt`.
     pub fn text_embeds(&self, prompt: &str, device: &Device) -> Result<Tensor> {
+        let unknown = self.tokenizer.unknown_words(prompt);
+        if !unknown.is_empty() {
+            tracing::warn!(
+                "prompt {prompt:?}: the text encoder's small vocabulary has no word for {}; it reads \
+                 them as letters it was never trained on (the toy world knows 6 shapes, 6 colours \
+                 and the words of its captions)",
+                unknown.join(", ")
+            );
+        }
         let (ids, truncated) = self.tokenizer.encode_batch(&[prompt], device)?;
         if truncated.first().copied().unwrap_or(false) {
             tracing::warn!("prompt truncated to the text encoder's 77 tokens: {prompt:?}");

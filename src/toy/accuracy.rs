@@ -16,7 +16,7 @@ use candle_core::{Device, Tensor};
 
 use super::eval::{classify, EvalError};
 use super::report::{Attribution, EvalRecord, EvalTable, Verdict};
-use super::world::is_held_out;
+use super::world::{Colour, Shape};
 use crate::autodiff::rng::Rng;
 use crate::guide::{self, Explore, GuideMode, Score, Target};
 use crate::pipeline::{extract_mesh, same_values, Guided, Models, RunSettings};
@@ -82,27 +82,39 @@ impl fmt::Display for EvalMode {
     }
 }
 
-/// Evaluates every prompt (a toy caption) at every seed in every mode of `modes`, with the
-/// common settings `s`; `on_item(prompt, seed)` reports progress.
+/// What an evaluation covers: prompts (toy captions), seeds, modes, and the prior's held-out
+/// combinations (which split a record counts in).
+pub struct EvalPlan<'a> {
+    /// The prompts.
+    pub prompts: &'a [String],
+    /// The seeds of every prompt.
+    pub seeds: &'a [u64],
+    /// The modes, in table order.
+    pub modes: &'a [EvalMode],
+    /// The combinations the prior did not train on ([`super::world::held_out_split`]).
+    pub held_out: &'a [(Shape, Colour)],
+}
+
+/// Evaluates every prompt of `plan` at every seed in every mode, with the common settings `s`;
+/// `on_item(prompt, seed)` reports progress.
 pub fn evaluate(
     models: &Models,
-    prompts: &[String],
-    seeds: &[u64],
-    modes: &[EvalMode],
+    plan: &EvalPlan<'_>,
     s: &RunSettings,
     device: &Device,
     mut on_item: impl FnMut(&str, u64),
 ) -> Result<EvalTable> {
     let mut table = EvalTable::new();
-    for prompt in prompts {
+    for prompt in plan.prompts {
         let Ok(expected) = EvalTable::expected(prompt) else {
             tracing::warn!("{prompt:?} names no toy shape and colour; skipped");
             continue;
         };
-        let run = PromptRun::new(models, prompt, expected, s, device)?;
-        for &seed in seeds {
+        let held_out = plan.held_out.contains(&expected);
+        let run = PromptRun::new(models, prompt, (expected, held_out), s, device)?;
+        for &seed in plan.seeds {
             on_item(prompt, seed);
-            run.seed(seed, modes, &mut table)?;
+            run.seed(seed, plan.modes, &mut table)?;
         }
     }
     Ok(table)
@@ -112,7 +124,8 @@ pub fn evaluate(
 struct PromptRun<'a> {
     models: &'a Models,
     prompt: &'a str,
-    expected: (super::Shape, super::Colour),
+    expected: (Shape, Colour),
+    held_out: bool,
     target: Target,
     s: &'a RunSettings,
     device: &'a Device,
@@ -129,7 +142,7 @@ impl<'a> PromptRun<'a> {
     fn new(
         models: &'a Models,
         prompt: &'a str,
-        expected: (super::Shape, super::Colour),
+        (expected, held_out): ((Shape, Colour), bool),
         s: &'a RunSettings,
         device: &'a Device,
     ) -> Result<Self> {
@@ -138,6 +151,7 @@ impl<'a> PromptRun<'a> {
             models,
             prompt,
             expected,
+            held_out,
             target,
             s,
             device,
@@ -285,7 +299,7 @@ impl<'a> PromptRun<'a> {
             seed,
             expected_shape,
             expected_colour,
-            held_out: is_held_out(expected_shape, expected_colour),
+            held_out: self.held_out,
             export,
             attribution,
             seconds,

@@ -28,7 +28,7 @@ pub mod train_prior;
 mod voxel;
 pub mod world;
 
-pub use accuracy::{evaluate, EvalMode};
+pub use accuracy::{evaluate, EvalMode, EvalPlan};
 pub use caption::{caption, captions, parse_caption};
 pub use eval::{classify, classify_with, Classification, EvalError, EvalOptions, ShapeScore};
 pub use report::{

@@ -25,12 +25,11 @@ use super::random::{
 };
 use super::render::DensityModel;
 use super::train_clip::{train_clip, ClipTrainSettings};
-use super::train_prior::{train_prior, PriorTrainSettings};
-use super::world::{combinations, is_held_out, Colour, Shape, WorldObject};
+use super::train_prior::{train_prior, PriorTrainSettings, PriorTraining};
+use super::world::{combinations, Colour, Shape, WorldObject, HELD_OUT, HELD_OUT_FILE};
 use crate::atomic::write_atomic;
 use crate::clip::tokenizer::SpecialTokens;
 use crate::clip::{ClipConfig, ClipTextModelWithProjection, ClipTokenizer};
-use crate::guide::NEGATIVES_FILE;
 use crate::shap_e::{
     PriorConfig, RendererConfig, SamplingDefaults, SchedulerConfig, SAMPLING_FILE,
 };
@@ -66,6 +65,11 @@ pub const LOG_FILE: &str = "train_log.json";
 /// The fitted latents `(combos, rows, d_latent)`, in the order of the settings' `combos`.
 pub const LATENTS_FILE: &str = "latents.safetensors";
 
+/// The caption of every combination, one per line, beside the scoring CLIP's weights: for
+/// experiments only (`--negatives clip/caption-grid.txt`); guidance does not read it by default,
+/// because it lists the evaluation's own captions.
+pub const CAPTION_GRID_FILE: &str = "caption-grid.txt";
+
 /// Everything `train-toy` does, from one seed.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ToyTrainSettings {
@@ -93,6 +97,11 @@ pub struct ToyTrainSettings {
     /// Train only the scoring CLIP into an existing world in the output folder, keeping its
     /// decoder, latents, text encoder and prior (and their logged curves).
     pub only_scorer: bool,
+    /// The combinations the prior does not train on (written to `shap_e/held_out.txt`).
+    pub held_out: Vec<(Shape, Colour)>,
+    /// Train only the prior into an existing world in the output folder (for another held-out
+    /// split), keeping its decoder, latents and CLIPs.
+    pub only_prior: bool,
 }
 
 impl ToyTrainSettings {
@@ -139,6 +148,8 @@ impl ToyTrainSettings {
             },
             reuse_clip: false,
             only_scorer: false,
+            held_out: HELD_OUT.to_vec(),
+            only_prior: false,
         }
     }
 
@@ -282,7 +293,7 @@ fn write_clip_dir(
     .map_err(msg)?;
     let negatives: Vec<String> = combos.iter().map(|&(sh, c)| caption(sh, c)).collect();
     write_atomic(
-        &dir.join(NEGATIVES_FILE),
+        &dir.join(CAPTION_GRID_FILE),
         (negatives.join("\n") + "\n").as_bytes(),
     )
     .map_err(msg)?;
@@ -328,6 +339,9 @@ pub fn train_toy(
 ) -> Result<TrainLog> {
     if s.only_scorer {
         return train_scorer_only(out, s, dev, on_progress);
+    }
+    if s.only_prior {
+        return train_prior_only(out, s, dev, on_progress);
     }
     let shap_e_dir = out.join("shap_e");
     let clip_dir = out.join("clip");
@@ -423,41 +437,19 @@ pub fn train_toy(
 
     // 3. Prior, on the combinations that are not held out.
     let t = Instant::now();
-    on_progress(TrainProgress::Stage("training the prior", s.prior.steps));
     let text_model = ClipTextModelWithProjection::new(
         VarBuilder::from_tensors(text_tensors, DType::F32, dev),
         &clip_cfg.text_config,
         clip_cfg.projection_dim,
     )?;
-    let mut latents = Vec::new();
-    let mut embeds = Vec::new();
-    for (i, &(sh, c)) in s.combos.iter().enumerate() {
-        if is_held_out(sh, c) {
-            continue;
-        }
-        latents.push(fit.latents.as_tensor().get(i)?.detach());
-        let texts = captions(sh, c);
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
-        embeds.push(text_model.forward(&ids)?.1.detach());
-    }
-    if latents.is_empty() {
-        candle_core::bail!("every combination is held out: nothing to train the prior on");
-    }
-    let prior = train_prior(
-        &prior_cfg,
-        &scheduler,
-        &Tensor::stack(&latents, 0)?,
-        &embeds,
-        &s.prior,
+    let prior = prior_stage(
+        &shap_e_dir,
+        s,
+        fit.latents.as_tensor(),
+        &text_model,
+        (&prior_cfg, &scheduler),
         dev,
-        |_, l| on_progress(TrainProgress::Step(l)),
-    )?;
-    save_tensors(
-        &varmap_tensors(&prior.varmap)?,
-        &shap_e_dir
-            .join("prior")
-            .join("diffusion_pytorch_model.safetensors"),
+        &mut on_progress,
     )?;
     let t_prior = t.elapsed().as_secs_f64();
 
@@ -496,6 +488,123 @@ pub fn train_toy(
         ],
     };
     finish(out, s, &log, None)?;
+    Ok(log)
+}
+
+/// Trains the prior on the latents `(combos, rows, d)` of `s.combos` that are not in
+/// `s.held_out`, conditioned on `text_model`'s embeddings of their captions; writes its weights
+/// and `held_out.txt` into `shap_e_dir`.
+fn prior_stage(
+    shap_e_dir: &Path,
+    s: &ToyTrainSettings,
+    all_latents: &Tensor,
+    text_model: &ClipTextModelWithProjection,
+    (prior_cfg, scheduler): (&PriorConfig, &SchedulerConfig),
+    dev: &Device,
+    on_progress: &mut impl FnMut(TrainProgress),
+) -> Result<PriorTraining> {
+    on_progress(TrainProgress::Stage("training the prior", s.prior.steps));
+    let tokenizer = toy_tokenizer()?;
+    let mut latents = Vec::new();
+    let mut embeds = Vec::new();
+    for (i, &(sh, c)) in s.combos.iter().enumerate() {
+        if s.held_out.contains(&(sh, c)) {
+            continue;
+        }
+        latents.push(all_latents.get(i)?.detach());
+        let texts = captions(sh, c);
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
+        embeds.push(text_model.forward(&ids)?.1.detach());
+    }
+    if latents.is_empty() {
+        candle_core::bail!("every combination is held out: nothing to train the prior on");
+    }
+    let prior = train_prior(
+        prior_cfg,
+        scheduler,
+        &Tensor::stack(&latents, 0)?,
+        &embeds,
+        &s.prior,
+        dev,
+        |_, l| on_progress(TrainProgress::Step(l)),
+    )?;
+    save_tensors(
+        &varmap_tensors(&prior.varmap)?,
+        &shap_e_dir
+            .join("prior")
+            .join("diffusion_pytorch_model.safetensors"),
+    )?;
+    let held: Vec<String> = s.held_out.iter().map(|&(sh, c)| caption(sh, c)).collect();
+    write_atomic(
+        &shap_e_dir.join(HELD_OUT_FILE),
+        (held.join("\n") + "\n").as_bytes(),
+    )
+    .map_err(msg)?;
+    Ok(prior)
+}
+
+/// Trains only the prior (for `s.held_out`) into the world in `out`, keeping its decoder,
+/// latents, CLIPs and their logged curves.
+fn train_prior_only(
+    out: &Path,
+    s: &ToyTrainSettings,
+    dev: &Device,
+    mut on_progress: impl FnMut(TrainProgress),
+) -> Result<TrainLog> {
+    let shap_e_dir = out.join("shap_e");
+    let text_weights = shap_e_dir.join("text_encoder").join("model.safetensors");
+    let read = |p: &Path| -> Result<String> {
+        std::fs::read_to_string(p).map_err(|e| {
+            msg(format!("--only-prior trains into an existing world: {}: {e}", p.display()))
+        })
+    };
+    let prior_cfg: PriorConfig =
+        serde_json::from_str(&read(&shap_e_dir.join("prior").join("config.json"))?).map_err(msg)?;
+    let scheduler: SchedulerConfig = serde_json::from_str(&read(
+        &shap_e_dir.join("scheduler").join("scheduler_config.json"),
+    )?)
+    .map_err(msg)?;
+    let clip_cfg: ClipConfig = serde_json::from_value(toy_clip_json(&s.clip)).map_err(msg)?;
+    let text_model = ClipTextModelWithProjection::new(
+        VarBuilder::from_tensors(candle_core::safetensors::load(&text_weights, dev)?, DType::F32, dev),
+        &clip_cfg.text_config,
+        clip_cfg.projection_dim,
+    )?;
+    let latents = crate::shap_e::load_latent(&out.join(LATENTS_FILE), dev).map_err(msg)?;
+    let t = Instant::now();
+    let prior = prior_stage(
+        &shap_e_dir,
+        s,
+        &latents,
+        &text_model,
+        (&prior_cfg, &scheduler),
+        dev,
+        &mut on_progress,
+    )?;
+    let earlier = earlier_log(out);
+    let curve = |key: &str| -> Vec<f32> {
+        serde_json::from_value(earlier[key].clone()).unwrap_or_default()
+    };
+    let seconds = |i: usize| earlier["seconds"][i].as_f64().unwrap_or(0.0);
+    let log = TrainLog {
+        settings: s.clone(),
+        decoder_loss: curve("decoder_loss"),
+        decoder_refits: serde_json::from_value(earlier["decoder_refits"].clone())
+            .unwrap_or_default(),
+        clip_loss: curve("clip_loss"),
+        clip_accuracy: serde_json::from_value(earlier["clip_accuracy"].clone()).unwrap_or_default(),
+        prior_loss: prior.losses,
+        scorer_loss: curve("scorer_loss"),
+        scorer_accuracy: serde_json::from_value(earlier["scorer_accuracy"].clone())
+            .unwrap_or_default(),
+        seconds: [seconds(0), seconds(1), t.elapsed().as_secs_f64(), seconds(3)],
+    };
+    let before: serde_json::Value = std::fs::read_to_string(out.join("MANIFEST.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    finish(out, s, &log, before["command"].as_str())?;
     Ok(log)
 }
 
@@ -566,6 +675,7 @@ fn command_line(s: &ToyTrainSettings) -> String {
         (s.combos.len() < combinations().len(), " --quick"),
         (s.reuse_clip, " --reuse-clip"),
         (s.only_scorer, " --only-scorer"),
+        (s.only_prior, " --only-prior"),
         (!s.decoder.factorized, " --per-object-latents"),
     ] {
         if on {
@@ -574,6 +684,10 @@ fn command_line(s: &ToyTrainSettings) -> String {
     }
     if let Some(sc) = &s.scorer {
         c.push_str(&format!(" --scorer-size {}", sc.render_size));
+    }
+    if s.held_out != HELD_OUT {
+        let held: Vec<String> = s.held_out.iter().map(|&(sh, col)| caption(sh, col)).collect();
+        c.push_str(&format!(" --held-out '{}'", held.join(",")));
     }
     c
 }
