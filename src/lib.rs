@@ -12,6 +12,7 @@ pub mod cli;
 pub mod clip;
 pub mod device;
 pub mod guide;
+pub mod kernels;
 pub mod mesh;
 pub mod models;
 pub mod pipeline;

@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Device, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::autodiff::fastmath::simd_dispatch;
-use crate::autodiff::kernels::Real;
 use crate::autodiff::vjp::attach;
+use crate::kernels::fastmath::simd_dispatch;
+use crate::kernels::{sigmoid, Real};
 use crate::shap_e::fused_mlp::{encode, plain};
 pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 
@@ -79,16 +79,10 @@ impl<T: Real> Samples<T> {
     }
 }
 
-/// `1 / (1 + e^{−x})` with the vectorisable `exp` ([`Real::fast_exp`]; libm's in f64). The
-/// composed path's `½(1 + tanh(x/2))` agrees within a few ulps.
-#[inline(always)]
-fn sigmoid<T: Real>(x: T) -> T {
-    T::one() / (T::one() + (-x).fast_exp())
-}
-
 simd_dispatch!(
-    /// Head rows `(n, 4)` → density kept raw, colour channels through [`sigmoid`], in one
-    /// vectorised pass (every value's sigmoid is computed; the density column keeps its input).
+    /// Head rows `(n, 4)` → density kept raw, colour channels through [`sigmoid`] (the composed
+    /// path's `½(1 + tanh(x/2))` agrees within a few ulps), in one vectorised pass (every
+    /// value's sigmoid is computed; the density column keeps its input).
     colours_rows<T: Real>(head: &mut [T]) {
         for (i, v) in head.iter_mut().enumerate() {
             let s = sigmoid(*v);

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Result, Tensor};
 
 use crate::autodiff::checkpoint;
-use crate::autodiff::kernels::Real;
 use crate::autodiff::rng::Rng;
+use crate::kernels::Real;
 use crate::shap_e::fused_mlp::level_heads;
 use crate::shap_e::nerstf::{self, Level, NerstfMlp};
 use crate::shap_e::Decoder;

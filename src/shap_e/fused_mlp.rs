@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::config::POSENC_DIM;
 use super::nerstf::{posenc_into, Level, NerstfMlp};
-use crate::autodiff::kernels::{self, Mat, Real};
+use crate::kernels::{self, Mat, Real};
 
 /// Output channels: signed distance, density (coarse, fine), STF RGB, NeRF RGB (coarse, fine).
 const SDF: usize = 0;

@@ -13,9 +13,9 @@ use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 use super::config::{RendererConfig, DIRENC_DIM, POSENC_DIM};
-use crate::autodiff::kernels::Real;
 use crate::autodiff::nn;
 use crate::autodiff::ops;
+use crate::kernels::Real;
 
 /// Octaves of the position encoding.
 const POS_OCTAVES: usize = 15;
