@@ -6,6 +6,6 @@
 pub mod checkpoint;
 pub mod memory;
 pub mod nn;
-pub mod ops;
+pub(crate) mod ops;
 pub mod rng;
-pub mod vjp;
+pub(crate) mod vjp;

@@ -29,7 +29,7 @@ use crate::kernels::{
 
 /// A frozen encoder layer's tensors and settings.
 #[derive(Debug, Clone)]
-pub struct FusedLayer {
+pub(crate) struct FusedLayer {
     parts: Parts<Tensor>,
     eps: f64,
     heads: usize,

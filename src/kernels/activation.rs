@@ -13,7 +13,7 @@ const ROWS_PER_TASK: usize = 128;
 
 /// `1 / (1 + e^{−x})` with the vectorisable `exp` ([`Real::fast_exp`]; libm's in f64).
 #[inline(always)]
-pub fn sigmoid<T: Real>(x: T) -> T {
+pub(crate) fn sigmoid<T: Real>(x: T) -> T {
     T::one() / (T::one() + (-x).fast_exp())
 }
 
@@ -59,7 +59,7 @@ simd_dispatch!(silu_value_rows<T: Real>(pre: &[T], h: &mut [T]) {
 });
 
 /// `pre += bias` (per row of `width = bias.len()`) and `h = silu(pre)`, in parallel.
-pub fn bias_silu<T: Real>(pre: &mut [T], h: &mut [T], bias: &[T]) {
+pub(crate) fn bias_silu<T: Real>(pre: &mut [T], h: &mut [T], bias: &[T]) {
     let block = ROWS_PER_TASK * bias.len();
     pre.par_chunks_mut(block)
         .zip(h.par_chunks_mut(block))
@@ -67,14 +67,14 @@ pub fn bias_silu<T: Real>(pre: &mut [T], h: &mut [T], bias: &[T]) {
 }
 
 /// `a = silu(a + bias)` in place, in parallel.
-pub fn bias_silu_inplace<T: Real>(a: &mut [T], bias: &[T]) {
+pub(crate) fn bias_silu_inplace<T: Real>(a: &mut [T], bias: &[T]) {
     let block = ROWS_PER_TASK * bias.len();
     a.par_chunks_mut(block)
         .for_each(|a| bias_silu_inplace_rows(a, bias));
 }
 
 /// `g *= silu'(pre)` and, when `h` is given, `h = silu(pre)`, in parallel.
-pub fn silu_grad<T: Real>(pre: &[T], g: &mut [T], h: Option<&mut [T]>, width: usize) {
+pub(crate) fn silu_grad<T: Real>(pre: &[T], g: &mut [T], h: Option<&mut [T]>, width: usize) {
     let block = ROWS_PER_TASK * width;
     match h {
         Some(h) => pre
@@ -90,7 +90,7 @@ pub fn silu_grad<T: Real>(pre: &[T], g: &mut [T], h: Option<&mut [T]>, width: us
 }
 
 /// `h = silu(pre)`, in parallel.
-pub fn silu<T: Real>(pre: &[T], h: &mut [T], width: usize) {
+pub(crate) fn silu<T: Real>(pre: &[T], h: &mut [T], width: usize) {
     let block = ROWS_PER_TASK * width;
     pre.par_chunks(block)
         .zip(h.par_chunks_mut(block))
@@ -98,7 +98,7 @@ pub fn silu<T: Real>(pre: &[T], h: &mut [T], width: usize) {
 }
 
 /// QuickGELU's slope: `x·σ(1.702·x)`.
-pub const QUICK_GELU: f64 = 1.702;
+pub(crate) const QUICK_GELU: f64 = 1.702;
 
 /// Rows per rayon task of the QuickGELU kernels.
 const GELU_ROWS_PER_TASK: usize = 32;
@@ -119,7 +119,7 @@ simd_dispatch!(quick_gelu_grad_rows<T: Real>(pre: &[T], g: &mut [T]) {
 });
 
 /// `h = quick_gelu(pre)` over rows of `width`, in parallel.
-pub fn quick_gelu<T: Real>(pre: &[T], h: &mut [T], width: usize) {
+pub(crate) fn quick_gelu<T: Real>(pre: &[T], h: &mut [T], width: usize) {
     let block = GELU_ROWS_PER_TASK * width;
     pre.par_chunks(block)
         .zip(h.par_chunks_mut(block))
@@ -127,7 +127,7 @@ pub fn quick_gelu<T: Real>(pre: &[T], h: &mut [T], width: usize) {
 }
 
 /// `g *= quick_gelu'(pre)` over rows of `width`, in parallel.
-pub fn quick_gelu_grad<T: Real>(pre: &[T], g: &mut [T], width: usize) {
+pub(crate) fn quick_gelu_grad<T: Real>(pre: &[T], g: &mut [T], width: usize) {
     let block = GELU_ROWS_PER_TASK * width;
     pre.par_chunks(block)
         .zip(g.par_chunks_mut(block))

@@ -32,7 +32,7 @@ simd_dispatch!(ln_forward_rows<T: Real>(x: &[T], w: &[T], b: &[T], eps: T, y: &m
 });
 
 /// `y = LayerNorm(x)` over rows of `w.len()`, recording each row's mean and `1/√(var + eps)`.
-pub fn ln_forward<T: Real>(
+pub(crate) fn ln_forward<T: Real>(
     x: &[T],
     w: &[T],
     b: &[T],
@@ -69,7 +69,7 @@ simd_dispatch!(ln_backward_rows<T: Real>(gy: &[T], x: &[T], mu: &[T], rstd: &[T]
 
 /// `dx (+)= ∂LayerNorm/∂x · gy` (weight `w`; the forward's `mu`, `rstd`):
 /// `r·(ĝ − mean ĝ − x̂·mean(ĝ·x̂))` with `ĝ = gy·w`, `x̂ = (x − μ)·r`.
-pub fn ln_backward<T: Real>(
+pub(crate) fn ln_backward<T: Real>(
     gy: &[T],
     x: &[T],
     mu: &[T],

@@ -7,18 +7,18 @@ use super::real::Real;
 
 /// A read-only matrix operand: data with row and column strides (in elements).
 #[derive(Clone, Copy)]
-pub struct Mat<'a, T> {
+pub(crate) struct Mat<'a, T> {
     /// The elements.
-    pub data: &'a [T],
+    pub(crate) data: &'a [T],
     /// Stride between rows.
-    pub rs: usize,
+    pub(crate) rs: usize,
     /// Stride between columns.
-    pub cs: usize,
+    pub(crate) cs: usize,
 }
 
 impl<'a, T> Mat<'a, T> {
     /// A row-major `(rows, cols)` matrix.
-    pub fn rows(data: &'a [T], cols: usize) -> Self {
+    pub(crate) fn rows(data: &'a [T], cols: usize) -> Self {
         Self {
             data,
             rs: cols,
@@ -27,7 +27,7 @@ impl<'a, T> Mat<'a, T> {
     }
 
     /// The transpose of a row-major `(rows, cols)` matrix.
-    pub fn transposed(data: &'a [T], cols: usize) -> Self {
+    pub(crate) fn transposed(data: &'a [T], cols: usize) -> Self {
         Self {
             data,
             rs: 1,
@@ -36,7 +36,7 @@ impl<'a, T> Mat<'a, T> {
     }
 
     /// The transpose (the same data, strides swapped).
-    pub fn t(self) -> Self {
+    pub(crate) fn t(self) -> Self {
         Self {
             data: self.data,
             rs: self.cs,
@@ -51,19 +51,19 @@ impl<'a, T> Mat<'a, T> {
 
 /// How a product is written into its destination.
 #[derive(Clone, Copy, Debug)]
-pub struct Write {
+pub(crate) struct Write {
     /// Stride between the destination's rows (its columns are contiguous).
-    pub rs: usize,
+    pub(crate) rs: usize,
     /// Add the product to what the destination holds instead of overwriting it.
-    pub accumulate: bool,
+    pub(crate) accumulate: bool,
     /// Use rayon's threads (false: the calling thread alone, for callers that parallelise
     /// over blocks themselves).
-    pub parallel: bool,
+    pub(crate) parallel: bool,
 }
 
 impl Write {
     /// Overwrite a row-major `(_, n)` destination, multi-threaded.
-    pub fn rows(n: usize) -> Self {
+    pub(crate) fn rows(n: usize) -> Self {
         Self {
             rs: n,
             accumulate: false,
@@ -72,7 +72,7 @@ impl Write {
     }
 
     /// The same, adding to the destination.
-    pub fn adding(self) -> Self {
+    pub(crate) fn adding(self) -> Self {
         Self {
             accumulate: true,
             ..self
@@ -80,7 +80,7 @@ impl Write {
     }
 
     /// The same, on the calling thread alone.
-    pub fn serial(self) -> Self {
+    pub(crate) fn serial(self) -> Self {
         Self {
             parallel: false,
             ..self
@@ -93,12 +93,19 @@ impl Write {
 ///
 /// # Panics
 /// When an operand is too short for its shape and strides (a bug in the caller).
-pub fn matmul<T: Real>(dst: &mut [T], m: usize, n: usize, k: usize, lhs: Mat<T>, rhs: Mat<T>) {
+pub(crate) fn matmul<T: Real>(
+    dst: &mut [T],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<T>,
+    rhs: Mat<T>,
+) {
     matmul_with(dst, Write::rows(n), m, n, k, lhs, rhs);
 }
 
 /// [`matmul`] on the calling thread alone (for callers that parallelise over blocks of rows).
-pub fn matmul_serial<T: Real>(
+pub(crate) fn matmul_serial<T: Real>(
     dst: &mut [T],
     m: usize,
     n: usize,
@@ -115,7 +122,7 @@ pub fn matmul_serial<T: Real>(
 /// # Panics
 /// When an operand or the destination is too short for its shape and strides (a bug in the
 /// caller).
-pub fn matmul_with<T: Real>(
+pub(crate) fn matmul_with<T: Real>(
     dst: &mut [T],
     write: Write,
     m: usize,

@@ -5,20 +5,20 @@
 //! and picks the version the CPU supports at run time). The fused model files (`clip::fused`,
 //! `render::fused`, `shap_e::fused_mlp`) only wire their weights to these.
 
-pub mod activation;
-pub mod fastmath;
-pub mod layer_norm;
-pub mod matmul;
-pub mod real;
-pub mod rows;
-pub mod softmax;
+pub(crate) mod activation;
+pub(crate) mod fastmath;
+pub(crate) mod layer_norm;
+pub(crate) mod matmul;
+pub(crate) mod real;
+pub(crate) mod rows;
+pub(crate) mod softmax;
 
-pub use activation::{
+pub(crate) use activation::{
     bias_silu, bias_silu_inplace, bias_silu_inplace_rows, quick_gelu, quick_gelu_grad, sigmoid,
     silu, silu_grad,
 };
-pub use layer_norm::{ln_backward, ln_forward};
-pub use matmul::{matmul, matmul_serial, matmul_with, Mat, Write};
-pub use real::Real;
-pub use rows::{add_row, fill_rows};
-pub use softmax::softmax_rows;
+pub(crate) use layer_norm::{ln_backward, ln_forward};
+pub(crate) use matmul::{matmul, matmul_serial, matmul_with, Mat, Write};
+pub(crate) use real::Real;
+pub(crate) use rows::{add_row, fill_rows};
+pub(crate) use softmax::softmax_rows;

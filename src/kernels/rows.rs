@@ -8,7 +8,7 @@ use super::real::Real;
 const ROWS_PER_TASK: usize = 32;
 
 /// Every row of `dst` set to `row`.
-pub fn fill_rows<T: Real>(dst: &mut [T], row: &[T]) {
+pub(crate) fn fill_rows<T: Real>(dst: &mut [T], row: &[T]) {
     dst.par_chunks_mut(ROWS_PER_TASK * row.len())
         .for_each(|block| {
             for r in block.chunks_exact_mut(row.len()) {
@@ -18,7 +18,7 @@ pub fn fill_rows<T: Real>(dst: &mut [T], row: &[T]) {
 }
 
 /// `row` added to every row of `dst`.
-pub fn add_row<T: Real>(dst: &mut [T], row: &[T]) {
+pub(crate) fn add_row<T: Real>(dst: &mut [T], row: &[T]) {
     dst.par_chunks_mut(ROWS_PER_TASK * row.len()).for_each(|b| {
         for r in b.chunks_exact_mut(row.len()) {
             for (v, &bias) in r.iter_mut().zip(row) {
@@ -29,7 +29,7 @@ pub fn add_row<T: Real>(dst: &mut [T], row: &[T]) {
 }
 
 /// Every element of `dst` (rows of `width`) times `by`.
-pub fn scale<T: Real>(dst: &mut [T], by: T, width: usize) {
+pub(crate) fn scale<T: Real>(dst: &mut [T], by: T, width: usize) {
     dst.par_chunks_mut(ROWS_PER_TASK * width)
         .for_each(|b| b.iter_mut().for_each(|v| *v *= by));
 }

@@ -3,7 +3,7 @@
 use super::real::Real;
 
 /// Softmax of each row of `s (rows, t)` in place after adding the mask's rows (0 or −∞).
-pub fn softmax_rows<T: Real>(s: &mut [T], t: usize, mask: Option<&[T]>) {
+pub(crate) fn softmax_rows<T: Real>(s: &mut [T], t: usize, mask: Option<&[T]>) {
     for (i, row) in s.chunks_exact_mut(t).enumerate() {
         if let Some(mask) = mask {
             for (v, &m) in row.iter_mut().zip(&mask[i * t..(i + 1) * t]) {

@@ -34,15 +34,15 @@ pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 /// which rays do. A ray that misses takes no samples: its output is the background with opacity
 /// 0 whatever the field (the composed path multiplies its compositing by a zero hit mask), and
 /// its gradient is zero.
-pub struct Samples<T> {
+pub(crate) struct Samples<T> {
     /// Sample points `(h·s, 3)` of the `h` rays that meet the volume, ray-major.
-    pub points: Vec<T>,
+    pub(crate) points: Vec<T>,
     /// Their bin widths `(h, s)`.
-    pub delta: Vec<T>,
+    pub(crate) delta: Vec<T>,
     /// Per ray `(r)`: whether it meets the volume.
-    pub hit: Vec<bool>,
+    pub(crate) hit: Vec<bool>,
     /// Samples per ray.
-    pub per_ray: usize,
+    pub(crate) per_ray: usize,
 }
 
 impl<T: Real> Samples<T> {
@@ -132,7 +132,7 @@ fn composite_weights<T: Real>(head: &[T], delta: &[T], w: &mut [T]) {
 const RAYS_PER_TASK: usize = 64;
 
 /// Compositing weights `(r, s)` of `level` (graph-free), for importance sampling.
-pub fn coarse_weights<T: Real>(
+pub(crate) fn coarse_weights<T: Real>(
     mlp: &FusedMlp<T>,
     weights: &[Tensor],
     samples: &Samples<T>,

@@ -14,7 +14,7 @@ use crate::pipeline::{extract_mesh, Models, RunSettings};
 
 /// Prior-only vs guided accuracy of the toy world: for every prompt and seed, classify the mesh
 /// of the prior sample and of the guided latent by shape IoU and mean colour (no CLIP involved).
-pub fn evaluate(
+pub(crate) fn evaluate(
     models: &Models,
     prompts: &[String],
     seeds: &[u64],

@@ -10,83 +10,83 @@ use super::world::{is_held_out, Colour, Shape};
 
 /// One evaluated prompt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EvalRecord {
+pub(crate) struct EvalRecord {
     /// The prompt as given.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// The shape the prompt names.
-    pub expected_shape: Shape,
+    pub(crate) expected_shape: Shape,
     /// The colour the prompt names.
-    pub expected_colour: Colour,
+    pub(crate) expected_colour: Colour,
     /// Whether the combination is held out of the prior's training set.
-    pub held_out: bool,
+    pub(crate) held_out: bool,
     /// The evaluator's shape, `None` when the mesh could not be judged.
-    pub shape: Option<Shape>,
+    pub(crate) shape: Option<Shape>,
     /// The evaluator's colour, `None` when the mesh could not be judged.
-    pub colour: Option<Colour>,
+    pub(crate) colour: Option<Colour>,
     /// IoU of the predicted shape.
-    pub shape_iou: Option<f32>,
+    pub(crate) shape_iou: Option<f32>,
     /// Connected components of the mesh, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub components: Option<usize>,
+    pub(crate) components: Option<usize>,
     /// Euler characteristic of the mesh, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub euler: Option<i64>,
+    pub(crate) euler: Option<i64>,
     /// Held-aside guidance score of the start and of the exported latent (guided runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scores: Option<[f32; 2]>,
+    pub(crate) scores: Option<[f32; 2]>,
     /// Why the mesh could not be judged (an empty surface counts as wrong).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Seconds spent generating this prompt's mesh.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 impl EvalRecord {
     /// Whether the shape is right.
-    pub fn shape_correct(&self) -> bool {
+    pub(crate) fn shape_correct(&self) -> bool {
         self.shape == Some(self.expected_shape)
     }
 
     /// Whether the colour is right.
-    pub fn colour_correct(&self) -> bool {
+    pub(crate) fn colour_correct(&self) -> bool {
         self.colour == Some(self.expected_colour)
     }
 }
 
 /// Accuracies over a set of records; `None` for an empty set.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SplitSummary {
+pub(crate) struct SplitSummary {
     /// Records in the split.
-    pub prompts: usize,
+    pub(crate) prompts: usize,
     /// Fraction with the right shape.
-    pub shape_accuracy: Option<f64>,
+    pub(crate) shape_accuracy: Option<f64>,
     /// Fraction with the right colour.
-    pub colour_accuracy: Option<f64>,
+    pub(crate) colour_accuracy: Option<f64>,
     /// Fraction with both right.
-    pub both_accuracy: Option<f64>,
+    pub(crate) both_accuracy: Option<f64>,
     /// Mean IoU of the predicted shape over judged meshes.
-    pub mean_iou: Option<f64>,
+    pub(crate) mean_iou: Option<f64>,
     /// Meshes that could not be judged.
-    pub failed: usize,
+    pub(crate) failed: usize,
     /// Fraction of judged meshes in one connected piece.
-    pub one_piece: Option<f64>,
+    pub(crate) one_piece: Option<f64>,
     /// Mean Euler characteristic over judged meshes.
-    pub mean_euler: Option<f64>,
+    pub(crate) mean_euler: Option<f64>,
     /// Guided records whose exported latent scored below the start (should be 0).
-    pub score_drops: usize,
+    pub(crate) score_drops: usize,
     /// Mean seconds per prompt.
-    pub seconds_per_prompt: Option<f64>,
+    pub(crate) seconds_per_prompt: Option<f64>,
 }
 
 /// The three splits.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct EvalSummary {
+pub(crate) struct EvalSummary {
     /// Every record.
-    pub all: SplitSummary,
+    pub(crate) all: SplitSummary,
     /// Combinations the prior trained on.
-    pub seen: SplitSummary,
+    pub(crate) seen: SplitSummary,
     /// Held-out combinations.
-    pub held_out: SplitSummary,
+    pub(crate) held_out: SplitSummary,
 }
 
 /// A prompt that names no toy combination, so it cannot be scored.
@@ -95,13 +95,13 @@ pub struct EvalSummary {
     "prompt {0:?} does not name exactly one toy shape and one colour; use captions like \"a red cube\" \
      (see prompts/toy-eval.txt)"
 )]
-pub struct UnknownPrompt(pub String);
+pub(crate) struct UnknownPrompt(pub String);
 
 /// Per-prompt results and their aggregates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct EvalTable {
+pub(crate) struct EvalTable {
     /// The records, in the order pushed.
-    pub records: Vec<EvalRecord>,
+    pub(crate) records: Vec<EvalRecord>,
 }
 
 #[derive(Serialize)]
@@ -117,7 +117,7 @@ impl EvalTable {
     }
 
     /// Adds the verdict on `prompt`'s mesh (or why there is none) and the seconds it took to generate.
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         prompt: &str,
         outcome: Result<&Classification, &EvalError>,
@@ -151,14 +151,14 @@ impl EvalTable {
     }
 
     /// Records the held-aside guidance scores `[start, exported]` of the last record.
-    pub fn set_last_scores(&mut self, scores: [f32; 2]) {
+    pub(crate) fn set_last_scores(&mut self, scores: [f32; 2]) {
         if let Some(r) = self.records.last_mut() {
             r.scores = Some(scores);
         }
     }
 
     /// Accuracies over all, seen and held-out records.
-    pub fn summary(&self) -> EvalSummary {
+    pub(crate) fn summary(&self) -> EvalSummary {
         let split = |keep: &dyn Fn(&EvalRecord) -> bool| {
             summarise(self.records.iter().filter(|r| keep(r)).collect())
         };
@@ -170,7 +170,7 @@ impl EvalTable {
     }
 
     /// The summary as a markdown table, one row per split.
-    pub fn to_markdown(&self) -> String {
+    pub(crate) fn to_markdown(&self) -> String {
         let s = self.summary();
         let pct = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{:.1} %", 100.0 * v));
         let num = |v: Option<f64>, digits: usize| {
@@ -198,7 +198,7 @@ impl EvalTable {
     }
 
     /// The summary and every record as pretty JSON.
-    pub fn to_json(&self) -> serde_json::Result<String> {
+    pub(crate) fn to_json(&self) -> serde_json::Result<String> {
         serde_json::to_string_pretty(&Json {
             summary: self.summary(),
             records: &self.records,
