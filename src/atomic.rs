@@ -6,12 +6,12 @@ use std::io::{self, Write};
 use std::path::Path;
 
 /// Writes `bytes` to `path` atomically: a reader sees either the old file or the complete new one.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
 /// Like [`write_atomic`], with the content produced by a writer callback (for large streamed outputs).
-pub fn write_atomic_with(
+pub(crate) fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut io::BufWriter<fs::File>) -> io::Result<()>,
 ) -> io::Result<()> {

@@ -4,16 +4,17 @@
 //! CLIP-guided latent optimization under gradient checkpointing, and mesh extraction/export.
 //! This crate is the library; `src/main.rs` and [`cli`] are the application around it.
 
-pub mod atomic;
+pub(crate) mod atomic;
 pub mod autodiff;
-pub mod batch;
+pub(crate) mod batch;
 pub mod blender;
 pub mod cli;
 pub mod clip;
 pub mod device;
 pub mod guide;
+pub(crate) mod kernels;
 pub mod mesh;
-pub mod models;
+pub(crate) mod models;
 pub mod pipeline;
 pub mod render;
 pub mod shap_e;

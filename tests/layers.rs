@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first. Modules on one layer do not import each other.
 const LAYERS: &[&[&str]] = &[
-    &["atomic", "device"],
+    &["atomic", "device", "kernels"],
     &["autodiff", "weights"],
     &["mesh", "clip", "shap_e", "models", "blender"],
     &["render"],

@@ -46,7 +46,7 @@ impl PeakMeter {
     }
 
     /// Live bytes above the phase's start now.
-    pub fn live_above_base(&self) -> usize {
+    pub(crate) fn live_above_base(&self) -> usize {
         current().saturating_sub(self.base)
     }
 }
@@ -58,7 +58,7 @@ pub fn mib(bytes: usize) -> String {
 
 /// Parses a byte size such as `6GiB`, `512MiB`, `1.5GB`, `800k` or `1048576` (case-insensitive;
 /// KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000, a bare K/M/G means KiB/MiB/GiB).
-pub fn parse_bytes(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
     let t = s.trim().to_ascii_lowercase();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

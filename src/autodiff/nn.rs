@@ -27,12 +27,12 @@ impl Linear {
     }
 
     /// The `(out, in)` weight.
-    pub fn weight(&self) -> &Tensor {
+    pub(crate) fn weight(&self) -> &Tensor {
         &self.weight
     }
 
     /// The `(out)` bias, if any.
-    pub fn bias(&self) -> Option<&Tensor> {
+    pub(crate) fn bias(&self) -> Option<&Tensor> {
         self.bias.as_ref()
     }
 }
@@ -45,7 +45,7 @@ impl Module for Linear {
 
 /// The dtype of the parameters that are not matrix weights under a VarBuilder of `dtype`:
 /// f32 for the half types, else `dtype` itself.
-pub fn param_dtype(dtype: DType) -> DType {
+pub(crate) fn param_dtype(dtype: DType) -> DType {
     match dtype {
         DType::BF16 | DType::F16 => DType::F32,
         other => other,
@@ -54,30 +54,30 @@ pub fn param_dtype(dtype: DType) -> DType {
 
 /// Loads a parameter that keeps full precision (bias, norm, embedding, scale) in
 /// [`param_dtype`]`(vb.dtype())`.
-pub fn param<S: Into<Shape>>(vb: &VarBuilder, shape: S, name: &str) -> Result<Tensor> {
+pub(crate) fn param<S: Into<Shape>>(vb: &VarBuilder, shape: S, name: &str) -> Result<Tensor> {
     vb.get_with_hints_dtype(shape, name, Default::default(), param_dtype(vb.dtype()))
 }
 
 /// Loads a frozen matrix weight in the VarBuilder's dtype (the one matrix products run in).
-pub fn matrix<S: Into<Shape>>(vb: &VarBuilder, shape: S, name: &str) -> Result<Tensor> {
+pub(crate) fn matrix<S: Into<Shape>>(vb: &VarBuilder, shape: S, name: &str) -> Result<Tensor> {
     vb.get(shape, name)
 }
 
 /// Loads `weight (out, in)` (VarBuilder dtype) and `bias (out)` ([`param`]) under `vb`.
-pub fn linear(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<Linear> {
+pub(crate) fn linear(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<Linear> {
     let weight = matrix(&vb, (out_dim, in_dim), "weight")?;
     let bias = param(&vb, out_dim, "bias")?;
     Ok(Linear::new(weight, Some(bias)))
 }
 
 /// Loads `weight (out, in)` under `vb`; no bias.
-pub fn linear_no_bias(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<Linear> {
+pub(crate) fn linear_no_bias(in_dim: usize, out_dim: usize, vb: VarBuilder) -> Result<Linear> {
     Ok(Linear::new(matrix(&vb, (out_dim, in_dim), "weight")?, None))
 }
 
 /// LayerNorm over the last dimension, differentiable (see [`ops::layer_norm`]).
 #[derive(Debug, Clone)]
-pub struct LayerNorm {
+pub(crate) struct LayerNorm {
     weight: Tensor,
     bias: Option<Tensor>,
     eps: f64,
@@ -90,12 +90,12 @@ impl LayerNorm {
     }
 
     /// The `(d)` weight.
-    pub fn weight(&self) -> &Tensor {
+    pub(crate) fn weight(&self) -> &Tensor {
         &self.weight
     }
 
     /// The `(d)` bias, if any.
-    pub fn bias(&self) -> Option<&Tensor> {
+    pub(crate) fn bias(&self) -> Option<&Tensor> {
         self.bias.as_ref()
     }
 }
@@ -107,7 +107,7 @@ impl Module for LayerNorm {
 }
 
 /// Loads `weight (size)` and `bias (size)` under `vb` ([`param`]: f32 in a half-precision model).
-pub fn layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
+pub(crate) fn layer_norm(size: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
     Ok(LayerNorm::new(
         param(&vb, size, "weight")?,
         Some(param(&vb, size, "bias")?),

@@ -16,31 +16,31 @@ use candle_core::{CpuStorage, CudaStorage, CustomOp1, CustomOp2, CustomOp3, Layo
 use candle_core::{Shape, Storage, Tensor};
 
 /// What a backward closure receives. All tensors are detached.
-pub struct Vjp<'a> {
+pub(crate) struct Vjp<'a> {
     /// The node's inputs, in the order given to [`attach`].
-    pub inputs: &'a [Tensor],
+    pub(crate) inputs: &'a [Tensor],
     /// The node's output.
-    pub output: &'a Tensor,
+    pub(crate) output: &'a Tensor,
     /// The gradient of the loss with respect to the output.
-    pub grad: &'a Tensor,
+    pub(crate) grad: &'a Tensor,
     needs: &'a [bool],
 }
 
 impl Vjp<'_> {
     /// Whether input `i` tracks a gradient (only those gradients are used; skip the others).
-    pub fn needs(&self, i: usize) -> bool {
+    pub(crate) fn needs(&self, i: usize) -> bool {
         self.needs.get(i).copied().unwrap_or(false)
     }
 }
 
 /// The backward closure: one gradient (or `None`) per input, same order as the inputs.
-pub type VjpFn = dyn Fn(&Vjp) -> Result<Vec<Option<Tensor>>> + Send + Sync;
+pub(crate) type VjpFn = dyn Fn(&Vjp) -> Result<Vec<Option<Tensor>>> + Send + Sync;
 
 /// Inserts `output` (computed from `inputs` without a graph) into the autograd graph, with `vjp`
 /// as its backward. If no input tracks a gradient, `output` is returned unchanged (no node).
 ///
 /// The node keeps the inputs and the output alive, nothing else.
-pub fn attach(
+pub(crate) fn attach(
     name: &'static str,
     output: Tensor,
     inputs: &[&Tensor],
@@ -78,12 +78,8 @@ pub fn attach(
 }
 
 /// Like [`attach`], with a closure instead of an `Arc`.
-pub fn attach_fn<F>(
-    name: &'static str,
-    output: Tensor,
-    inputs: &[&Tensor],
-    vjp: F,
-) -> Result<Tensor>
+#[cfg(test)]
+fn attach_fn<F>(name: &'static str, output: Tensor, inputs: &[&Tensor], vjp: F) -> Result<Tensor>
 where
     F: Fn(&Vjp) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
 {

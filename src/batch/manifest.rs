@@ -15,7 +15,7 @@ use super::shard::Shard;
 /// How an item ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     /// Outputs complete in the item's folder.
     Done,
     /// The item failed; `error` says why. A rerun tries it again.
@@ -24,28 +24,28 @@ pub enum Status {
 
 /// One manifest line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     /// The item's id (its output folder name).
-    pub id: String,
+    pub(crate) id: String,
     /// Line in the prompt file.
-    pub line: usize,
+    pub(crate) line: usize,
     /// The prompt.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// Outcome.
-    pub status: Status,
+    pub(crate) status: Status,
     /// Wall-clock seconds spent on the item.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// The error message of a failed item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// The item's Blender preview (`<id>/blender_preview.png`), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub blender_preview: Option<String>,
+    pub(crate) blender_preview: Option<String>,
 }
 
 /// The manifest of one shard, plus what every shard has finished.
 #[derive(Debug)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     path: PathBuf,
     done: HashSet<String>,
 }
@@ -100,12 +100,12 @@ impl Manifest {
     }
 
     /// Whether item `id` is finished (by any shard).
-    pub fn is_done(&self, id: &str) -> bool {
+    pub(crate) fn is_done(&self, id: &str) -> bool {
         self.done.contains(id)
     }
 
     /// Appends a record and syncs it to disk.
-    pub fn append(&mut self, record: &Record) -> Result<(), BatchError> {
+    pub(crate) fn append(&mut self, record: &Record) -> Result<(), BatchError> {
         let err = |e: std::io::Error| BatchError::Manifest {
             path: self.path.clone(),
             message: format!("cannot append ({e}); is the disk full or read-only?"),
@@ -126,10 +126,5 @@ impl Manifest {
             self.done.insert(record.id.clone());
         }
         Ok(())
-    }
-
-    /// The manifest file this shard appends to.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }

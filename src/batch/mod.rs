@@ -7,9 +7,6 @@ mod prompts;
 mod runner;
 mod shard;
 
-pub use manifest::{Manifest, Record, Status};
-pub use prompts::{
-    check_prompt, parse_prompt_file, slug, BatchError, PromptFile, PromptItem, MAX_PROMPT_CHARS,
-};
-pub use runner::{run_batch, BatchSummary};
-pub use shard::Shard;
+pub(crate) use prompts::{check_prompt, parse_prompt_file, slug};
+pub(crate) use runner::run_batch;
+pub(crate) use shard::Shard;

@@ -8,22 +8,22 @@ use serde::Deserialize;
 
 /// One prompt of a batch.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PromptItem {
+pub(crate) struct PromptItem {
     /// 1-based line number in the file.
-    pub line: usize,
+    pub(crate) line: usize,
     /// The prompt text.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// Per-item seed (else the batch's).
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Per-item optimization steps (else the batch's).
-    pub steps: Option<usize>,
+    pub(crate) steps: Option<usize>,
     /// Output name (else derived from the prompt).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 impl PromptItem {
     /// The item's stable id: its output folder name and manifest key (`name`, else slug + line).
-    pub fn id(&self, seed: u64) -> String {
+    pub(crate) fn id(&self, seed: u64) -> String {
         match &self.name {
             Some(n) => slug(n),
             None => format!(
@@ -38,16 +38,16 @@ impl PromptItem {
 
 /// A parsed prompt file: the good items and the bad lines.
 #[derive(Debug, Default)]
-pub struct PromptFile {
+pub(crate) struct PromptFile {
     /// Items in file order.
-    pub items: Vec<PromptItem>,
+    pub(crate) items: Vec<PromptItem>,
     /// Lines that could not be read, with the reason.
-    pub errors: Vec<BatchError>,
+    pub(crate) errors: Vec<BatchError>,
 }
 
 /// Errors of batch inputs and bookkeeping.
 #[derive(Debug, thiserror::Error)]
-pub enum BatchError {
+pub(crate) enum BatchError {
     /// The prompt file cannot be read.
     #[error("cannot read prompt file {path}: {source}")]
     Unreadable {
@@ -103,11 +103,11 @@ struct JsonItem {
 }
 
 /// Longest prompt accepted, in characters (CLIP sees 77 tokens; longer text is refused early).
-pub const MAX_PROMPT_CHARS: usize = 1000;
+pub(crate) const MAX_PROMPT_CHARS: usize = 1000;
 
 /// Reads a prompt file. JSONL is recognised by a `.jsonl` extension or a first item line that
 /// starts with `{`.
-pub fn parse_prompt_file(path: &Path) -> Result<PromptFile, BatchError> {
+pub(crate) fn parse_prompt_file(path: &Path) -> Result<PromptFile, BatchError> {
     let bytes = std::fs::read(path).map_err(|source| BatchError::Unreadable {
         path: path.to_path_buf(),
         source,
@@ -170,7 +170,7 @@ pub fn parse_prompt_file(path: &Path) -> Result<PromptFile, BatchError> {
 }
 
 /// Checks a prompt before any work: non-empty, not over-long, no control characters.
-pub fn check_prompt(prompt: &str) -> Result<(), String> {
+pub(crate) fn check_prompt(prompt: &str) -> Result<(), String> {
     let p = prompt.trim();
     if p.is_empty() {
         return Err("empty prompt: give a short description such as \"a red cube\"".into());
@@ -186,7 +186,7 @@ pub fn check_prompt(prompt: &str) -> Result<(), String> {
 }
 
 /// A file-name-safe slug of a text: lowercase ASCII alphanumerics joined by `-`, at most 48 chars.
-pub fn slug(text: &str) -> String {
+pub(crate) fn slug(text: &str) -> String {
     let mut s = String::new();
     for c in text.chars().flat_map(|c| c.to_lowercase()) {
         if c.is_ascii_alphanumeric() {

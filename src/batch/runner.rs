@@ -12,23 +12,23 @@ use super::shard::Shard;
 
 /// Counts of a batch run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct BatchSummary {
+pub(crate) struct BatchSummary {
     /// Items run to completion now.
-    pub done: usize,
+    pub(crate) done: usize,
     /// Items skipped because an earlier run finished them.
-    pub skipped: usize,
+    pub(crate) skipped: usize,
     /// Items that failed now.
-    pub failed: usize,
+    pub(crate) failed: usize,
     /// Items that belong to other shards.
-    pub other_shards: usize,
+    pub(crate) other_shards: usize,
 }
 
 /// The error type of one item's job.
-pub type JobError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type JobError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs `job(item, work_dir)` for every item of `shard` not yet done, in file order. `job` writes
 /// the item's outputs into `work_dir`; on success the folder becomes `out_dir/<id>`.
-pub fn run_batch(
+pub(crate) fn run_batch(
     items: &[PromptItem],
     shard: Shard,
     out_dir: &Path,

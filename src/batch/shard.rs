@@ -8,11 +8,11 @@ use super::prompts::BatchError;
 
 /// One of `count` disjoint parts of a batch (0-based `index`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
+pub(crate) struct Shard {
     /// This shard, `0..count`.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Number of shards.
-    pub count: usize,
+    pub(crate) count: usize,
 }
 
 impl Default for Shard {
@@ -23,7 +23,7 @@ impl Default for Shard {
 
 impl Shard {
     /// Whether the item at position `k` (0-based, in file order) belongs to this shard.
-    pub fn owns(&self, k: usize) -> bool {
+    pub(crate) fn owns(&self, k: usize) -> bool {
         k % self.count == self.index
     }
 

@@ -68,7 +68,7 @@ pub enum BlenderError {
 
 impl BlenderError {
     /// Wraps an I/O error with its path.
-    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> BlenderError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> BlenderError {
         let path = path.into();
         move |source| BlenderError::Io { path, source }
     }

@@ -13,11 +13,11 @@ pub const BLENDER_ENV: &str = "BLENDER";
 #[derive(Debug, Clone, Default)]
 pub struct Lookup {
     /// `--blender-path`.
-    pub explicit: Option<PathBuf>,
+    pub(crate) explicit: Option<PathBuf>,
     /// The value of `BLENDER`, when set and not empty.
-    pub env: Option<PathBuf>,
+    pub(crate) env: Option<PathBuf>,
     /// The value of `PATH`.
-    pub path_var: Option<std::ffi::OsString>,
+    pub(crate) path_var: Option<std::ffi::OsString>,
 }
 
 impl Lookup {

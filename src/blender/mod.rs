@@ -27,7 +27,7 @@ use std::process::Command;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use error::BlenderError;
+pub(crate) use error::BlenderError;
 pub use locate::{Lookup, BLENDER_ENV};
 pub use pixels::{object_pixels, ObjectPixels};
 
@@ -51,7 +51,7 @@ pub const MASK_FILE: &str = "blender_preview_mask.png";
 /// Blender's output, kept only when it failed.
 pub const LOG_FILE: &str = "blender_preview.log";
 /// The mesh files a run folder may hold, in the order the script prefers them.
-pub const RUN_MESHES: [&str; 3] = ["mesh.glb", "mesh.ply", "mesh.obj"];
+pub(crate) const RUN_MESHES: [&str; 3] = ["mesh.glb", "mesh.ply", "mesh.obj"];
 
 /// Blender's render engines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,7 +67,7 @@ pub enum Engine {
 
 impl Engine {
     /// The script's name for it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Engine::Cycles => "cycles",
             Engine::Eevee => "eevee",
@@ -138,13 +138,13 @@ pub struct PreviewReport {
     /// Files and folders written into the output folder, [`PREVIEW_FILE`] first.
     pub files: Vec<PathBuf>,
     /// Seconds Blender ran (start, import, render, save).
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// The script's [`STATS_FILE`].
     pub stats: serde_json::Value,
 }
 
 /// The mesh a preview of `input` shows: a run folder's `mesh.glb` (else `.ply`, else `.obj`), or a mesh file.
-pub fn mesh_input(input: &Path) -> Result<PathBuf, BlenderError> {
+pub(crate) fn mesh_input(input: &Path) -> Result<PathBuf, BlenderError> {
     let bad = |reason: String| BlenderError::Input {
         path: input.to_path_buf(),
         reason,

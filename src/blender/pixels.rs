@@ -14,7 +14,7 @@ pub struct ObjectPixels {
     /// object too, so edges blended with the floor do not count).
     pub mean_srgb: [f64; 3],
     /// How many interior pixels the mean is over.
-    pub interior: usize,
+    pub(crate) interior: usize,
 }
 
 /// Measures the object in `image` (RGB or RGBA PNG) through `mask` (same size, white = object).

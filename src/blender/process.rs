@@ -9,7 +9,7 @@ use super::error::BlenderError;
 
 /// Runs `cmd` with stdout and stderr appended to `log`; stops it after `timeout`.
 /// Returns the exit status and the seconds it ran.
-pub fn run_logged(
+pub(crate) fn run_logged(
     cmd: &mut Command,
     log: &Path,
     timeout: Duration,
@@ -42,7 +42,7 @@ pub fn run_logged(
 
 /// The line of Blender's output that best says what went wrong: the script's own message, else the last error
 /// line (not the EGL probing noise of headless starts, nor Blender's generic "script failed"), else the last line.
-pub fn telling_line(output: &str) -> String {
+pub(crate) fn telling_line(output: &str) -> String {
     let lines: Vec<&str> = output
         .lines()
         .map(str::trim)

@@ -17,107 +17,107 @@ use crate::pipeline::RunSettings;
 pub(super) struct ModelArgs {
     /// Shap-E pipeline: `toy` (embedded), a hub id such as openai/shap-e[@revision], or a folder.
     #[arg(long, default_value = "toy")]
-    pub model: ModelSpec,
+    pub(crate) model: ModelSpec,
     /// Scoring CLIP: `toy`, a hub id such as openai/clip-vit-base-patch16, or a folder.
     #[arg(long, default_value = "toy")]
-    pub clip: ModelSpec,
+    pub(crate) clip: ModelSpec,
     /// A second, held-out CLIP that only scores the result (e.g. openai/clip-vit-base-patch32).
     #[arg(long)]
-    pub eval_clip: Option<ModelSpec>,
+    pub(crate) eval_clip: Option<ModelSpec>,
     /// Negative prompts to contrast the prompt against, one per line (default: the scoring CLIP
     /// folder's negatives.txt, if any; the toy world ships none: its caption grid,
     /// assets/toy/clip/caption-grid.txt, is for experiments only).
     #[arg(long)]
-    pub negatives: Option<PathBuf>,
+    pub(crate) negatives: Option<PathBuf>,
 }
 
 /// Settings of one generation (shared by `generate`, `batch` and `eval`).
 #[derive(Debug, Clone, ClapArgs)]
 pub(super) struct GenerateArgs {
     #[command(flatten)]
-    pub models: ModelArgs,
+    pub(crate) models: ModelArgs,
     /// Random seed (prior noise, cameras, augmentations).
     #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Prior sampling steps (Heun/Karras).
     #[arg(long, default_value_t = 64)]
-    pub prior_steps: usize,
+    pub(crate) prior_steps: usize,
     /// Classifier-free guidance scale of the prior [default: the model's sampling.json, else 15]
     #[arg(long)]
-    pub guidance_scale: Option<f64>,
+    pub(crate) guidance_scale: Option<f64>,
     /// Where CLIP guidance acts: sampling (inside the prior's sampler, gradients through the
     /// checkpointed prior), latent (optimizing the finished latent through the decoder), both,
     /// or off (plain Shap-E).
     #[arg(long, default_value_t = GuideMode::Sampling)]
-    pub guide: GuideMode,
+    pub(crate) guide: GuideMode,
     /// Strength of guided sampling: each guided sampler step moves the state by this share of
     /// the step's own displacement, against the CLIP loss's gradient.
     #[arg(long, default_value_t = SamplingGuidance::default().scale)]
-    pub sampling_scale: f64,
+    pub(crate) sampling_scale: f64,
     /// Guided sampling acts on the sampler steps whose noise level σ is within MAX:MIN.
     #[arg(long, default_value = "20:0.2", value_parser = parse_sigma_window)]
-    pub sampling_sigmas: (f32, f32),
+    pub(crate) sampling_sigmas: (f32, f32),
     /// Optimization steps of the latent stage (--guide latent or both; 0 = none).
     #[arg(long, default_value_t = 30)]
-    pub steps: usize,
+    pub(crate) steps: usize,
     /// Peak learning rate of the latent optimizer.
     #[arg(long, default_value_t = GuideSettings::default().lr)]
-    pub lr: f64,
+    pub(crate) lr: f64,
     /// Random views rendered per optimization step.
     #[arg(long, default_value_t = 2)]
-    pub views: usize,
+    pub(crate) views: usize,
     /// Render resolution of each view in pixels per side [default: half the scoring CLIP's input
     /// side, within 32..=64]
     #[arg(long)]
-    pub resolution: Option<usize>,
+    pub(crate) resolution: Option<usize>,
     /// Checkpoint policy for decoder chunks and CLIP blocks: none, blocks, sqrt, every:K, last:N.
     #[arg(long, default_value = "blocks")]
-    pub checkpoint: Policy,
+    pub(crate) checkpoint: Policy,
     /// Checkpoint policy for the prior's transformer blocks during guided sampling: none,
     /// blocks, sqrt, every:K, last:N or budget:SIZE [default: blocks, or half of
     /// --memory-budget when that is given]
     #[arg(long)]
-    pub prior_checkpoint: Option<Policy>,
+    pub(crate) prior_checkpoint: Option<Policy>,
     /// Memory budget, e.g. 6GiB: chooses chunk sizes and policy to fit, or refuses up front.
     #[arg(long, value_parser = parse_bytes)]
-    pub memory_budget: Option<usize>,
+    pub(crate) memory_budget: Option<usize>,
     /// Marching-cubes grid size for the export.
     #[arg(long, default_value_t = 96)]
-    pub grid: usize,
+    pub(crate) grid: usize,
     /// Output formats.
     #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
-    pub formats: Vec<Format>,
+    pub(crate) formats: Vec<Format>,
     /// Weight of the contrastive part of the CLIP loss (prompt vs negative prompts); 0 = bare cosine.
     #[arg(long, default_value_t = GuideSettings::default().contrast)]
-    pub contrast: f64,
+    pub(crate) contrast: f64,
     /// Exploration, when there are negative prompts: the prior is also sampled for each of them
     /// (the bank); the start is the best of the prior's sample, the bank (bank) and the bank's
     /// consensus latent analogies a + b − c (analogies) on the held-aside views; off = the
     /// prior's sample.
     #[arg(long, default_value_t = GuideSettings::default().explore)]
-    pub explore: Explore,
+    pub(crate) explore: Explore,
     /// Refine the prior's sample and the best N exploration candidates for a few steps before
     /// choosing the start (0 = choose by their held-aside score as they are).
     #[arg(long, default_value_t = GuideSettings::default().explore_refine)]
-    pub explore_refine: usize,
+    pub(crate) explore_refine: usize,
     /// Sampler steps of the exploration bank's prior samples.
     #[arg(long, default_value_t = GuideSettings::default().explore_prior_steps)]
-    pub explore_prior_steps: usize,
+    pub(crate) explore_prior_steps: usize,
     /// Score the latent on fixed held-aside views every N steps and export the best (0 = only at the end).
     #[arg(long, default_value_t = GuideSettings::default().eval_every)]
-    pub eval_every: usize,
+    pub(crate) eval_every: usize,
     /// Held-aside score the optimized latent must gain over the start to be exported instead of it.
     #[arg(long, default_value_t = GuideSettings::default().keep_margin)]
-    pub keep_margin: f32,
+    pub(crate) keep_margin: f32,
     /// Side in pixels of each of the 20 views in the before/after preview sheets.
     #[arg(long, default_value_t = 48)]
-    pub preview_size: usize,
+    pub(crate) preview_size: usize,
 }
 
 impl GenerateArgs {
     /// Validated run settings; `--memory-budget` picks the ray chunk and the CLIP policy, or
     /// refuses up front.
-    pub fn run_settings(&self) -> anyhow::Result<RunSettings> {
+    pub(crate) fn run_settings(&self) -> anyhow::Result<RunSettings> {
         let a = self;
         if let Some(r) = a.resolution.filter(|r| !(4..=1024).contains(r)) {
             bail!("--resolution {r} is out of range (4..=1024)");

@@ -17,13 +17,13 @@ use crate::pipeline::Models;
 /// The global options of a run and the environment, read once.
 pub(super) struct Context {
     /// `--device`.
-    pub device: DeviceSpec,
+    pub(crate) device: DeviceSpec,
     /// `--dtype`, when given.
-    pub dtype: Option<Precision>,
+    pub(crate) dtype: Option<Precision>,
     /// `-q`: no progress bars or summaries.
-    pub quiet: bool,
+    pub(crate) quiet: bool,
     /// Hub access (`HF_HUB_OFFLINE`, progress bars).
-    pub hub: HubOptions,
+    pub(crate) hub: HubOptions,
 }
 
 impl Context {
@@ -49,22 +49,22 @@ impl Context {
     }
 
     /// Opens the compute device.
-    pub fn open_device(&self) -> anyhow::Result<Device> {
+    pub(crate) fn open_device(&self) -> anyhow::Result<Device> {
         Ok(self.device.open()?)
     }
 
     /// The frozen networks' weight dtype on `device`: `--dtype`, else the device's default.
-    pub fn precision(&self, device: &Device) -> Precision {
+    pub(crate) fn precision(&self, device: &Device) -> Precision {
         self.dtype.unwrap_or_else(|| Precision::default_for(device))
     }
 
     /// A local folder holding the files of `spec` (downloaded unless offline).
-    pub fn resolve(&self, spec: &ModelSpec, kind: ModelKind) -> anyhow::Result<PathBuf> {
+    pub(crate) fn resolve(&self, spec: &ModelSpec, kind: ModelKind) -> anyhow::Result<PathBuf> {
         Ok(crate::models::resolve(spec, kind, &toy_roots(), &self.hub)?)
     }
 
     /// Loads the Shap-E pipeline and the scoring CLIP named by `m`.
-    pub fn load_models(&self, m: &ModelArgs, device: &Device) -> anyhow::Result<Models> {
+    pub(crate) fn load_models(&self, m: &ModelArgs, device: &Device) -> anyhow::Result<Models> {
         let shap_e = self
             .resolve(&m.model, ModelKind::ShapE)
             .with_context(|| format!("resolving --model {}", m.model))?;

@@ -27,9 +27,9 @@ use crate::device::{DeviceSpec, Precision};
 use context::Context;
 
 /// Exit code: everything succeeded.
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// Exit code: a batch finished but some items failed (see the manifest).
-pub const EXIT_PARTIAL: u8 = 1;
+pub(crate) const EXIT_PARTIAL: u8 = 1;
 /// Exit code: usage or setup error; nothing was produced.
 pub const EXIT_SETUP: u8 = 2;
 

@@ -16,28 +16,28 @@ use crate::blender::{self, Engine, Lookup, PreviewSettings};
 pub(super) struct BlenderArgs {
     /// The Blender executable [default: $BLENDER, else `blender` on PATH].
     #[arg(long)]
-    pub blender_path: Option<PathBuf>,
+    pub(crate) blender_path: Option<PathBuf>,
     /// Blender render engine: cycles (CPU path tracing, works headless), eevee or workbench (fastest, darker).
     #[arg(long, default_value = "cycles")]
-    pub engine: Engine,
+    pub(crate) engine: Engine,
     /// Turntable frames (0 = one still); blender_preview.png is then their contact sheet.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=720))]
-    pub frames: u32,
+    pub(crate) frames: u32,
     /// Side of the Blender render in pixels.
     #[arg(long, default_value_t = 384, value_parser = clap::value_parser!(u32).range(16..=4096))]
-    pub size: u32,
+    pub(crate) size: u32,
     /// Samples per pixel (cycles, eevee).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub samples: u32,
+    pub(crate) samples: u32,
     /// Also save the set-up scene as blender_preview.blend.
     #[arg(long)]
-    pub blend: bool,
+    pub(crate) blend: bool,
     /// Also write the turntable as blender_turntable.gif (needs --frames).
     #[arg(long, requires = "frames")]
-    pub gif: bool,
+    pub(crate) gif: bool,
     /// Stop Blender after this many seconds.
     #[arg(long, default_value_t = 600)]
-    pub blender_timeout: u64,
+    pub(crate) blender_timeout: u64,
 }
 
 impl BlenderArgs {
@@ -47,7 +47,7 @@ impl BlenderArgs {
     }
 
     /// The library's settings.
-    pub fn settings(&self) -> PreviewSettings {
+    pub(crate) fn settings(&self) -> PreviewSettings {
         PreviewSettings {
             engine: self.engine,
             frames: self.frames,
@@ -66,9 +66,9 @@ impl BlenderArgs {
 pub(super) struct BlenderPreviewArgs {
     /// Also render blender_preview.png of each run in Blender (see `clipsculpt preview --help`).
     #[arg(long)]
-    pub blender_preview: bool,
+    pub(crate) blender_preview: bool,
     #[command(flatten)]
-    pub blender: BlenderArgs,
+    pub(crate) blender: BlenderArgs,
 }
 
 impl BlenderPreviewArgs {

@@ -21,7 +21,7 @@ impl StageBar {
         }
     }
 
-    pub fn update(&self, p: Progress) {
+    pub(crate) fn update(&self, p: Progress) {
         match p {
             Progress::Stage(name, steps) => {
                 tracing::debug!("stage: {name}");
@@ -44,7 +44,7 @@ impl StageBar {
         }
     }
 
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }

@@ -14,30 +14,30 @@ pub use crate::autodiff::ops::Activation;
 #[serde(default)]
 pub struct ClipTextConfig {
     /// Token vocabulary size.
-    pub vocab_size: usize,
+    pub(crate) vocab_size: usize,
     /// Width of the residual stream.
-    pub hidden_size: usize,
+    pub(crate) hidden_size: usize,
     /// Width of the MLP.
-    pub intermediate_size: usize,
+    pub(crate) intermediate_size: usize,
     /// Output size of `text_projection` in `CLIPTextModelWithProjection` (a full `CLIPConfig` uses
     /// its top-level `projection_dim` instead, as transformers does).
-    pub projection_dim: usize,
+    pub(crate) projection_dim: usize,
     /// Encoder layers.
-    pub num_hidden_layers: usize,
+    pub(crate) num_hidden_layers: usize,
     /// Attention heads per layer.
-    pub num_attention_heads: usize,
+    pub(crate) num_attention_heads: usize,
     /// Context length (77 for CLIP).
-    pub max_position_embeddings: usize,
+    pub(crate) max_position_embeddings: usize,
     /// MLP activation.
-    pub hidden_act: Activation,
+    pub(crate) hidden_act: Activation,
     /// LayerNorm epsilon.
-    pub layer_norm_eps: f64,
+    pub(crate) layer_norm_eps: f64,
     /// Padding id.
-    pub pad_token_id: Option<u32>,
+    pub(crate) pad_token_id: Option<u32>,
     /// Start-of-text id.
-    pub bos_token_id: Option<u32>,
+    pub(crate) bos_token_id: Option<u32>,
     /// End-of-text id; the legacy value 2 selects argmax-of-ids pooling (see [`crate::clip::text`]).
-    pub eos_token_id: Option<u32>,
+    pub(crate) eos_token_id: Option<u32>,
 }
 
 impl Default for ClipTextConfig {
@@ -104,12 +104,12 @@ impl Default for ClipVisionConfig {
 
 impl ClipVisionConfig {
     /// Patches per side, `image_size / patch_size`.
-    pub fn grid(&self) -> usize {
+    pub(crate) fn grid(&self) -> usize {
         self.image_size / self.patch_size
     }
 
     /// Tokens per image: one per patch plus the class token.
-    pub fn num_positions(&self) -> usize {
+    pub(crate) fn num_positions(&self) -> usize {
         self.grid() * self.grid() + 1
     }
 }
@@ -119,13 +119,13 @@ impl ClipVisionConfig {
 #[serde(default)]
 pub struct ClipConfig {
     /// The text tower.
-    pub text_config: ClipTextConfig,
+    pub(crate) text_config: ClipTextConfig,
     /// The vision tower.
-    pub vision_config: ClipVisionConfig,
+    pub(crate) vision_config: ClipVisionConfig,
     /// Size of the joint embedding space (both projections).
-    pub projection_dim: usize,
+    pub(crate) projection_dim: usize,
     /// Initial value of `logit_scale` (the weights hold the trained one).
-    pub logit_scale_init_value: f64,
+    pub(crate) logit_scale_init_value: f64,
 }
 
 impl Default for ClipConfig {
@@ -141,24 +141,24 @@ impl Default for ClipConfig {
 
 /// The sizes the shared encoder stack needs (one view over either tower's config).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EncoderConfig {
+pub(crate) struct EncoderConfig {
     /// Width of the residual stream.
-    pub hidden_size: usize,
+    pub(crate) hidden_size: usize,
     /// Width of the MLP.
-    pub intermediate_size: usize,
+    pub(crate) intermediate_size: usize,
     /// Encoder layers.
-    pub num_hidden_layers: usize,
+    pub(crate) num_hidden_layers: usize,
     /// Attention heads per layer.
-    pub num_attention_heads: usize,
+    pub(crate) num_attention_heads: usize,
     /// MLP activation.
-    pub hidden_act: Activation,
+    pub(crate) hidden_act: Activation,
     /// LayerNorm epsilon.
-    pub layer_norm_eps: f64,
+    pub(crate) layer_norm_eps: f64,
 }
 
 impl ClipTextConfig {
     /// The encoder's sizes.
-    pub fn encoder(&self) -> EncoderConfig {
+    pub(crate) fn encoder(&self) -> EncoderConfig {
         EncoderConfig {
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,
@@ -172,7 +172,7 @@ impl ClipTextConfig {
 
 impl ClipVisionConfig {
     /// The encoder's sizes.
-    pub fn encoder(&self) -> EncoderConfig {
+    pub(crate) fn encoder(&self) -> EncoderConfig {
         EncoderConfig {
             hidden_size: self.hidden_size,
             intermediate_size: self.intermediate_size,
@@ -197,7 +197,7 @@ impl ConfigFile {
     /// Parses a `config.json`: the full form when it has `text_config`/`vision_config` (or
     /// `model_type: "clip"`), else the text-only form. As transformers does, the legacy
     /// `text_config_dict`/`vision_config_dict` keys, when not null, override `text_config`/`vision_config`.
-    pub fn from_json(s: &str) -> Result<Self, serde_json::Error> {
+    pub(crate) fn from_json(s: &str) -> Result<Self, serde_json::Error> {
         let mut v: Value = serde_json::from_str(s)?;
         let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
         let full = model_type == "clip"

@@ -21,43 +21,81 @@ use candle_core::{DType, Device, Result, Storage, Tensor};
 use rayon::prelude::*;
 
 use super::config::Activation;
-use crate::autodiff::fastmath::simd_dispatch;
-use crate::autodiff::kernels::{matmul_with, Mat, Real, Write};
 use crate::autodiff::vjp::attach;
+use crate::kernels::{
+    add_row, fill_rows, ln_backward, ln_forward, matmul_with, quick_gelu, quick_gelu_grad, rows,
+    softmax_rows, Mat, Real, Write,
+};
 
-/// Rows per rayon task of the row-wise passes (LayerNorm, bias fills, activations).
-const ROWS_PER_TASK: usize = 32;
-
-/// QuickGELU's slope: `x·σ(1.702·x)`.
-const QUICK_GELU: f64 = 1.702;
-
-/// A frozen encoder layer's tensors (in the order of the indices below) and settings.
+/// A frozen encoder layer's tensors and settings.
 #[derive(Debug, Clone)]
-pub struct FusedLayer {
-    tensors: Vec<Tensor>,
+pub(crate) struct FusedLayer {
+    parts: Parts<Tensor>,
     eps: f64,
     heads: usize,
     act: Activation,
 }
 
-const LN1_W: usize = 0;
-const LN1_B: usize = 1;
-const Q_W: usize = 2;
-const Q_B: usize = 3;
-const K_W: usize = 4;
-const K_B: usize = 5;
-const V_W: usize = 6;
-const V_B: usize = 7;
-const O_W: usize = 8;
-const O_B: usize = 9;
-const LN2_W: usize = 10;
-const LN2_B: usize = 11;
-const FC1_W: usize = 12;
-const FC1_B: usize = 13;
-const FC2_W: usize = 14;
-const FC2_B: usize = 15;
-/// How many tensors a layer has ([`FusedLayer::new`]).
-pub const N_TENSORS: usize = 16;
+/// A weight and its bias (a LayerNorm's or a linear layer's).
+#[derive(Debug, Clone)]
+struct Affine<W> {
+    w: W,
+    b: W,
+}
+
+/// The weights of one encoder layer, by name: as tensors, or borrowed from their storages.
+#[derive(Debug, Clone)]
+struct Parts<W> {
+    ln1: Affine<W>,
+    q: Affine<W>,
+    k: Affine<W>,
+    v: Affine<W>,
+    out: Affine<W>,
+    ln2: Affine<W>,
+    fc1: Affine<W>,
+    fc2: Affine<W>,
+}
+
+impl<W> Parts<W> {
+    /// The parts by name, in the order of [`FusedLayer::new`].
+    fn named(&self) -> [(&'static str, &Affine<W>); 8] {
+        [
+            ("layer_norm1", &self.ln1),
+            ("q_proj", &self.q),
+            ("k_proj", &self.k),
+            ("v_proj", &self.v),
+            ("out_proj", &self.out),
+            ("layer_norm2", &self.ln2),
+            ("fc1", &self.fc1),
+            ("fc2", &self.fc2),
+        ]
+    }
+
+    /// Every tensor (weights and biases).
+    fn all(&self) -> impl Iterator<Item = &W> {
+        self.named().into_iter().flat_map(|(_, a)| [&a.w, &a.b])
+    }
+
+    /// Each tensor through `f`, names kept.
+    fn try_map<'a, U>(&'a self, mut f: impl FnMut(&'a W) -> Result<U>) -> Result<Parts<U>> {
+        let mut pair = |a: &'a Affine<W>| -> Result<Affine<U>> {
+            Ok(Affine {
+                w: f(&a.w)?,
+                b: f(&a.b)?,
+            })
+        };
+        Ok(Parts {
+            ln1: pair(&self.ln1)?,
+            q: pair(&self.q)?,
+            k: pair(&self.k)?,
+            v: pair(&self.v)?,
+            out: pair(&self.out)?,
+            ln2: pair(&self.ln2)?,
+            fc1: pair(&self.fc1)?,
+            fc2: pair(&self.fc2)?,
+        })
+    }
+}
 
 /// Sizes of one call: `b` images of `t` tokens, queries for the first `r` tokens of each.
 #[derive(Clone, Copy, Debug)]
@@ -85,7 +123,7 @@ impl Geometry {
 
 /// The layer's weights borrowed from their storages.
 struct Weights<'a, T> {
-    w: [&'a [T]; N_TENSORS],
+    w: Parts<&'a [T]>,
     eps: T,
 }
 
@@ -108,17 +146,28 @@ impl FusedLayer {
     /// `v_proj`, `out_proj`, `layer_norm2`, `fc1`, `fc2`; `None` when a bias is missing (then the
     /// composed layer runs).
     pub fn new(
-        parts: [(&Tensor, Option<&Tensor>); N_TENSORS / 2],
+        parts: [(&Tensor, Option<&Tensor>); 8],
         eps: f64,
         heads: usize,
         act: Activation,
     ) -> Option<Self> {
-        let tensors = parts
-            .into_iter()
-            .flat_map(|(w, b)| [Some(w.clone()), b.cloned()])
-            .collect::<Option<Vec<_>>>()?;
+        let [ln1, q, k, v, out, ln2, fc1, fc2] = parts.map(|(w, b)| {
+            Some(Affine {
+                w: w.clone(),
+                b: b?.clone(),
+            })
+        });
         Some(Self {
-            tensors,
+            parts: Parts {
+                ln1: ln1?,
+                q: q?,
+                k: k?,
+                v: v?,
+                out: out?,
+                ln2: ln2?,
+                fc1: fc1?,
+                fc2: fc2?,
+            },
             eps,
             heads,
             act,
@@ -144,35 +193,36 @@ impl FusedLayer {
     fn applies<T: Real>(&self, x: &Tensor) -> bool {
         self.act == Activation::QuickGelu
             && x.device().is_cpu()
-            && self.tensors.iter().all(|t| {
+            && self.parts.all().all(|t| {
                 t.dtype() == T::DTYPE && t.device().is_cpu() && !t.track_op() && t.is_contiguous()
             })
     }
 
     fn geometry(&self, x: &Tensor, rows: usize) -> Result<Geometry> {
         let (b, t, d) = x.dims3()?;
-        let f = self.tensors[FC1_B].dim(0)?;
+        let p = &self.parts;
+        let f = p.fc1.b.dim(0)?;
         if self.heads == 0 || !d.is_multiple_of(self.heads) || rows == 0 || rows > t {
             candle_core::bail!(
                 "encoder layer: {rows} query rows of {t} tokens, hidden {d}, {} heads",
                 self.heads
             );
         }
-        for (i, want) in [
-            (Q_W, d * d),
-            (K_W, d * d),
-            (V_W, d * d),
-            (O_W, d * d),
-            (FC1_W, f * d),
-            (FC2_W, d * f),
-            (LN1_W, d),
-            (LN2_W, d),
-            (FC2_B, d),
+        for (name, t, want) in [
+            ("q_proj.weight", &p.q.w, d * d),
+            ("k_proj.weight", &p.k.w, d * d),
+            ("v_proj.weight", &p.v.w, d * d),
+            ("out_proj.weight", &p.out.w, d * d),
+            ("fc1.weight", &p.fc1.w, f * d),
+            ("fc2.weight", &p.fc2.w, d * f),
+            ("layer_norm1.weight", &p.ln1.w, d),
+            ("layer_norm2.weight", &p.ln2.w, d),
+            ("fc2.bias", &p.fc2.b, d),
         ] {
-            if self.tensors[i].elem_count() != want {
+            if t.elem_count() != want {
                 candle_core::bail!(
-                    "encoder layer: weight {i} has shape {:?} for hidden size {d}",
-                    self.tensors[i].shape()
+                    "encoder layer: {name} has shape {:?} for hidden size {d}",
+                    t.shape()
                 );
             }
         }
@@ -234,19 +284,16 @@ impl FusedLayer {
 
     /// Runs `f` on the weights borrowed from their (CPU, contiguous) storages.
     fn with_weights<T: Real, R>(&self, f: impl FnOnce(&Weights<T>) -> R) -> Result<R> {
-        let guards: Vec<_> = self
-            .tensors
-            .iter()
-            .map(|t| t.storage_and_layout())
-            .collect();
-        let mut w: [&[T]; N_TENSORS] = [&[]; N_TENSORS];
-        for (slot, ((storage, layout), t)) in w.iter_mut().zip(guards.iter().zip(&self.tensors)) {
+        let guards = self
+            .parts
+            .try_map(|t| Ok((t.storage_and_layout(), t.elem_count())))?;
+        let w = guards.try_map(|((storage, layout), n)| {
             let Storage::Cpu(cpu) = &**storage else {
                 candle_core::bail!("fused encoder layer: a weight left the cpu (bug)");
             };
             let start = layout.start_offset();
-            *slot = &T::cpu_storage_as_slice(cpu)?[start..start + t.elem_count()];
-        }
+            Ok(&T::cpu_storage_as_slice(cpu)?[start..start + n])
+        })?;
         Ok(f(&Weights {
             w,
             eps: T::from_f64(self.eps),
@@ -283,139 +330,6 @@ fn linear_into<T: Real>(dst: &mut [T], src: &[T], w: &[T], bias: &[T], inp: usiz
     );
 }
 
-/// Every row of `dst` set to `row`.
-fn fill_rows<T: Real>(dst: &mut [T], row: &[T]) {
-    dst.par_chunks_mut(ROWS_PER_TASK * row.len())
-        .for_each(|block| {
-            for r in block.chunks_exact_mut(row.len()) {
-                r.copy_from_slice(row);
-            }
-        });
-}
-
-simd_dispatch!(ln_forward_rows<T: Real>(x: &[T], w: &[T], b: &[T], eps: T, y: &mut [T], mu: &mut [T], rstd: &mut [T]) {
-    let d = w.len();
-    let inv = T::one() / T::from_f64(d as f64);
-    for (((x, y), mu), rstd) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(mu.iter_mut()).zip(rstd.iter_mut()) {
-        let mut s = T::zero();
-        for &v in x {
-            s += v;
-        }
-        let m = s * inv;
-        let mut s2 = T::zero();
-        for &v in x {
-            s2 += (v - m) * (v - m);
-        }
-        let r = T::one() / T::from_f64((s2 * inv + eps).to_f64().sqrt());
-        for (((y, &v), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
-            *y = (v - m) * r * w + b;
-        }
-        *mu = m;
-        *rstd = r;
-    }
-});
-
-/// `y = LayerNorm(x)` over rows of `w.len()`, recording each row's mean and `1/√(var + eps)`.
-fn ln_forward<T: Real>(
-    x: &[T],
-    w: &[T],
-    b: &[T],
-    eps: T,
-    y: &mut [T],
-    mu: &mut [T],
-    rstd: &mut [T],
-) {
-    let block = ROWS_PER_TASK * w.len();
-    x.par_chunks(block)
-        .zip(y.par_chunks_mut(block))
-        .zip(mu.par_chunks_mut(ROWS_PER_TASK))
-        .zip(rstd.par_chunks_mut(ROWS_PER_TASK))
-        .for_each(|(((x, y), mu), rstd)| ln_forward_rows(x, w, b, eps, y, mu, rstd));
-}
-
-simd_dispatch!(ln_backward_rows<T: Real>(gy: &[T], x: &[T], mu: &[T], rstd: &[T], w: &[T], dx: &mut [T], accumulate: bool) {
-    let d = w.len();
-    let inv = T::one() / T::from_f64(d as f64);
-    for ((((gy, x), &m), &r), dx) in gy.chunks_exact(d).zip(x.chunks_exact(d)).zip(mu).zip(rstd).zip(dx.chunks_exact_mut(d)) {
-        let (mut m1, mut m2) = (T::zero(), T::zero());
-        for ((&g, &v), &w) in gy.iter().zip(x).zip(w) {
-            let gh = g * w;
-            m1 += gh;
-            m2 += gh * (v - m) * r;
-        }
-        let (m1, m2) = (m1 * inv, m2 * inv);
-        for (((dx, &g), &v), &w) in dx.iter_mut().zip(gy).zip(x).zip(w) {
-            let v = r * (g * w - m1 - (v - m) * r * m2);
-            *dx = if accumulate { *dx + v } else { v };
-        }
-    }
-});
-
-/// `dx (+)= ∂LayerNorm/∂x · gy` (weight `w`; the forward's `mu`, `rstd`):
-/// `r·(ĝ − mean ĝ − x̂·mean(ĝ·x̂))` with `ĝ = gy·w`, `x̂ = (x − μ)·r`.
-fn ln_backward<T: Real>(
-    gy: &[T],
-    x: &[T],
-    mu: &[T],
-    rstd: &[T],
-    w: &[T],
-    dx: &mut [T],
-    accumulate: bool,
-) {
-    let block = ROWS_PER_TASK * w.len();
-    gy.par_chunks(block)
-        .zip(x.par_chunks(block))
-        .zip(mu.par_chunks(ROWS_PER_TASK))
-        .zip(rstd.par_chunks(ROWS_PER_TASK))
-        .zip(dx.par_chunks_mut(block))
-        .for_each(|((((gy, x), mu), rstd), dx)| {
-            ln_backward_rows(gy, x, mu, rstd, w, dx, accumulate)
-        });
-}
-
-simd_dispatch!(quick_gelu_rows<T: Real>(pre: &[T], h: &mut [T]) {
-    let a = T::from_f64(QUICK_GELU);
-    for (&x, h) in pre.iter().zip(h.iter_mut()) {
-        *h = x / (T::one() + (-(a * x)).fast_exp());
-    }
-});
-
-simd_dispatch!(quick_gelu_grad_rows<T: Real>(pre: &[T], g: &mut [T]) {
-    let a = T::from_f64(QUICK_GELU);
-    for (&x, g) in pre.iter().zip(g.iter_mut()) {
-        let s = T::one() / (T::one() + (-(a * x)).fast_exp());
-        *g *= s + a * x * s * (T::one() - s);
-    }
-});
-
-/// Softmax of each row of `s (rows, t)` in place after adding the mask's rows (0 or −∞).
-fn softmax_rows<T: Real>(s: &mut [T], t: usize, mask: Option<&[T]>) {
-    for (i, row) in s.chunks_exact_mut(t).enumerate() {
-        if let Some(mask) = mask {
-            for (v, &m) in row.iter_mut().zip(&mask[i * t..(i + 1) * t]) {
-                *v += m;
-            }
-        }
-        let max = row
-            .iter()
-            .fold(T::from_f64(f64::NEG_INFINITY), |a, &b| a.max_of(b));
-        let mut sum = T::zero();
-        for v in row.iter_mut() {
-            // A masked score (−∞) weighs exactly 0, as the composed softmax gives.
-            *v = if *v == T::from_f64(f64::NEG_INFINITY) {
-                T::zero()
-            } else {
-                (*v - max).exp()
-            };
-            sum += *v;
-        }
-        let inv = T::one() / sum;
-        for v in row.iter_mut() {
-            *v *= inv;
-        }
-    }
-}
-
 /// The layer forward on plain arrays → (output `(b·r, d)`, what the backward needs when `keep`).
 fn forward<T: Real>(
     g: &Geometry,
@@ -432,20 +346,19 @@ fn forward<T: Real>(
         vec![T::zero(); n],
         vec![T::zero(); n],
     );
-    ln_forward(x, ww[LN1_W], ww[LN1_B], eps, &mut n1, &mut mu1, &mut r1);
+    ln_forward(x, ww.ln1.w, ww.ln1.b, eps, &mut n1, &mut mu1, &mut r1);
     // Queries (scaled by 1/√head_dim, bias included, as the composed layer does) for the query
     // rows, keys and values for every token.
     let nq = first_rows(&n1, g);
     let mut q = vec![T::zero(); nr * d];
-    linear_into(&mut q, &nq, ww[Q_W], ww[Q_B], d);
+    linear_into(&mut q, &nq, ww.q.w, ww.q.b, d);
     drop(nq);
     let scale = g.scale::<T>();
-    q.par_chunks_mut(ROWS_PER_TASK * d)
-        .for_each(|b| b.iter_mut().for_each(|v| *v *= scale));
+    rows::scale(&mut q, scale, d);
     let mut k = vec![T::zero(); n * d];
-    linear_into(&mut k, &n1, ww[K_W], ww[K_B], d);
+    linear_into(&mut k, &n1, ww.k.w, ww.k.b, d);
     let mut v = vec![T::zero(); n * d];
-    linear_into(&mut v, &n1, ww[V_W], ww[V_B], d);
+    linear_into(&mut v, &n1, ww.v.w, ww.v.b, d);
     drop(n1);
     // softmax(q·kᵀ + mask)·v per image and head, the heads read in place (stride d).
     let mut o = vec![T::zero(); nr * d];
@@ -456,13 +369,7 @@ fn forward<T: Real>(
         .for_each(|(bi, (o, p))| attend_image(g, bi, &q, &k, &v, mask, o, p));
     // The residual stream after attention: x (query rows) + out_proj(o).
     let mut x1 = first_rows(x, g).into_owned();
-    x1.par_chunks_mut(ROWS_PER_TASK * d).for_each(|b| {
-        for row in b.chunks_exact_mut(d) {
-            for (v, &bias) in row.iter_mut().zip(ww[O_B]) {
-                *v += bias;
-            }
-        }
-    });
+    add_row(&mut x1, ww.out.b);
     let write = Write::rows(d).adding();
     matmul_with(
         &mut x1,
@@ -471,7 +378,7 @@ fn forward<T: Real>(
         d,
         d,
         Mat::rows(&o, d),
-        Mat::transposed(ww[O_W], d),
+        Mat::transposed(ww.out.w, d),
     );
     drop(o);
     // LayerNorm 2 and the MLP.
@@ -480,23 +387,14 @@ fn forward<T: Real>(
         vec![T::zero(); nr],
         vec![T::zero(); nr],
     );
-    ln_forward(&x1, ww[LN2_W], ww[LN2_B], eps, &mut n2, &mut mu2, &mut r2);
+    ln_forward(&x1, ww.ln2.w, ww.ln2.b, eps, &mut n2, &mut mu2, &mut r2);
     let mut hpre = vec![T::zero(); nr * g.f];
-    linear_into(&mut hpre, &n2, ww[FC1_W], ww[FC1_B], d);
+    linear_into(&mut hpre, &n2, ww.fc1.w, ww.fc1.b, d);
     drop(n2);
     let mut h = vec![T::zero(); nr * g.f];
-    let block = ROWS_PER_TASK * g.f;
-    hpre.par_chunks(block)
-        .zip(h.par_chunks_mut(block))
-        .for_each(|(a, h)| quick_gelu_rows(a, h));
+    quick_gelu(&hpre, &mut h, g.f);
     let mut out = x1.clone();
-    out.par_chunks_mut(ROWS_PER_TASK * d).for_each(|b| {
-        for row in b.chunks_exact_mut(d) {
-            for (v, &bias) in row.iter_mut().zip(ww[FC2_B]) {
-                *v += bias;
-            }
-        }
-    });
+    add_row(&mut out, ww.fc2.b);
     matmul_with(
         &mut out,
         write,
@@ -504,7 +402,7 @@ fn forward<T: Real>(
         d,
         g.f,
         Mat::rows(&h, g.f),
-        Mat::transposed(ww[FC2_W], g.f),
+        Mat::transposed(ww.fc2.w, g.f),
     );
     let saved = keep.then_some(Saved {
         mu1,
@@ -630,13 +528,9 @@ fn backward<T: Real>(g: &Geometry, w: &Weights<T>, x: &[T], s: &Saved<T>, gy: &[
         f,
         d,
         Mat::rows(gy, d),
-        Mat::rows(ww[FC2_W], f),
+        Mat::rows(ww.fc2.w, f),
     );
-    let block = ROWS_PER_TASK * f;
-    s.hpre
-        .par_chunks(block)
-        .zip(dh.par_chunks_mut(block))
-        .for_each(|(a, g)| quick_gelu_grad_rows(a, g));
+    quick_gelu_grad(&s.hpre, &mut dh, f);
     let mut dn2 = vec![T::zero(); nr * d];
     matmul_with(
         &mut dn2,
@@ -645,11 +539,11 @@ fn backward<T: Real>(g: &Geometry, w: &Weights<T>, x: &[T], s: &Saved<T>, gy: &[
         d,
         f,
         Mat::rows(&dh, f),
-        Mat::rows(ww[FC1_W], d),
+        Mat::rows(ww.fc1.w, d),
     );
     drop(dh);
     let mut dx1 = gy.to_vec();
-    ln_backward(&dn2, &s.x1, &s.mu2, &s.r2, ww[LN2_W], &mut dx1, true);
+    ln_backward(&dn2, &s.x1, &s.mu2, &s.r2, ww.ln2.w, &mut dx1, true);
     drop(dn2);
     // Attention.
     let mut d_o = vec![T::zero(); nr * d];
@@ -660,7 +554,7 @@ fn backward<T: Real>(g: &Geometry, w: &Weights<T>, x: &[T], s: &Saved<T>, gy: &[
         d,
         d,
         Mat::rows(&dx1, d),
-        Mat::rows(ww[O_W], d),
+        Mat::rows(ww.out.w, d),
     );
     let (mut dq, mut dk, mut dv) = (
         vec![T::zero(); nr * d],
@@ -682,7 +576,7 @@ fn backward<T: Real>(g: &Geometry, w: &Weights<T>, x: &[T], s: &Saved<T>, gy: &[
         d,
         d,
         Mat::rows(&dk, d),
-        Mat::rows(ww[K_W], d),
+        Mat::rows(ww.k.w, d),
     );
     let add = Write::rows(d).adding();
     matmul_with(
@@ -692,7 +586,7 @@ fn backward<T: Real>(g: &Geometry, w: &Weights<T>, x: &[T], s: &Saved<T>, gy: &[
         d,
         d,
         Mat::rows(&dv, d),
-        Mat::rows(ww[V_W], d),
+        Mat::rows(ww.v.w, d),
     );
     if g.r == g.t {
         matmul_with(
@@ -702,18 +596,18 @@ fn backward<T: Real>(g: &Geometry, w: &Weights<T>, x: &[T], s: &Saved<T>, gy: &[
             d,
             d,
             Mat::rows(&dq, d),
-            Mat::rows(ww[Q_W], d),
+            Mat::rows(ww.q.w, d),
         );
     } else {
         // The query rows of each image are its first r rows: one strided product per image.
         for (bi, dn1) in dn1.chunks_exact_mut(g.t * d).enumerate() {
             let dqi = Mat::rows(&dq[bi * g.r * d..(bi + 1) * g.r * d], d);
-            matmul_with(dn1, add, g.r, d, d, dqi, Mat::rows(ww[Q_W], d));
+            matmul_with(dn1, add, g.r, d, d, dqi, Mat::rows(ww.q.w, d));
         }
     }
     drop((dq, dk, dv));
     let mut dx = vec![T::zero(); n * d];
-    ln_backward(&dn1, x, &s.mu1, &s.r1, ww[LN1_W], &mut dx, false);
+    ln_backward(&dn1, x, &s.mu1, &s.r1, ww.ln1.w, &mut dx, false);
     // The residual: the query rows' gradient passes to x as well.
     for (dx, dx1) in dx.chunks_exact_mut(g.t * d).zip(dx1.chunks_exact(g.r * d)) {
         for (a, &b) in dx[..g.r * d].iter_mut().zip(dx1) {

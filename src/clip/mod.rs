@@ -12,15 +12,15 @@
 
 pub mod config;
 pub mod describe;
-pub mod error;
-pub mod fused;
+pub(crate) mod error;
+pub(crate) mod fused;
 pub mod load;
-pub mod model;
+pub(crate) mod model;
 pub mod preprocess;
 pub mod scorer;
 pub mod text;
-pub mod tokenizer;
-pub mod transformer;
+pub(crate) mod tokenizer;
+pub(crate) mod transformer;
 pub mod vision;
 
 pub use config::{Activation, ClipConfig, ClipTextConfig, ClipVisionConfig, ConfigFile};
@@ -30,7 +30,7 @@ pub use load::{
     load_clip, load_clip_with_dtype, load_text_with_projection,
     load_text_with_projection_with_dtype,
 };
-pub use model::ClipModel;
+pub(crate) use model::ClipModel;
 pub use preprocess::{preprocess, OPENAI_MEAN, OPENAI_STD};
 pub use scorer::ClipScorer;
 pub use text::ClipTextModelWithProjection;

@@ -54,13 +54,13 @@ impl ClipModel {
     }
 
     /// `ids (batch, 77)` → `text_embeds (batch, projection_dim)`, not normalised.
-    pub fn text_features(&self, ids: &Tensor) -> Result<Tensor> {
+    pub(crate) fn text_features(&self, ids: &Tensor) -> Result<Tensor> {
         Ok(self.text.forward(ids)?.1)
     }
 
     /// Normalised `pixels (batch, 3, image_size, image_size)` → `image_embeds (batch,
     /// projection_dim)`, not normalised; differentiable, encoder checkpointed under `policy`.
-    pub fn image_features(&self, pixels: &Tensor, policy: &Policy) -> Result<Tensor> {
+    pub(crate) fn image_features(&self, pixels: &Tensor, policy: &Policy) -> Result<Tensor> {
         self.vision.image_embeds(pixels, policy)
     }
 

@@ -16,7 +16,7 @@ const LEGACY_EOS: u32 = 2;
 
 /// `embeddings`: `token_embedding (vocab, hidden)` and `position_embedding (positions, hidden)`.
 #[derive(Debug, Clone)]
-pub struct TextEmbeddings {
+pub(crate) struct TextEmbeddings {
     token_embedding: Tensor,
     position_embedding: Tensor,
 }
@@ -69,7 +69,7 @@ pub struct TextOutput {
 
 /// `text_model`: embeddings, causal encoder, `final_layer_norm`, end-of-text pooling.
 #[derive(Debug, Clone)]
-pub struct ClipTextTransformer {
+pub(crate) struct ClipTextTransformer {
     embeddings: TextEmbeddings,
     encoder: Encoder,
     final_layer_norm: LayerNorm,
@@ -156,11 +156,6 @@ impl ClipTextModelWithProjection {
                 vb.pp("text_projection"),
             )?,
         })
-    }
-
-    /// The tower without the projection.
-    pub fn text_model(&self) -> &ClipTextTransformer {
-        &self.text_model
     }
 
     /// `ids (batch, tokens)` → tower outputs and `text_embeds (batch, projection_dim)` (not normalised).

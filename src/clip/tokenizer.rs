@@ -21,17 +21,17 @@ use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 use super::error::{LoadError, TokenizeError};
 
 /// CLIP's pre-tokenizer pattern (the `pat` of OpenAI's `simple_tokenizer.py`).
-pub const CLIP_SPLIT: &str =
+pub(crate) const CLIP_SPLIT: &str =
     r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+";
 /// Start-of-text token.
-pub const BOS: &str = "<|startoftext|>";
+pub(crate) const BOS: &str = "<|startoftext|>";
 /// End-of-text token (also the unknown and, by default, the padding token).
-pub const EOS: &str = "<|endoftext|>";
+pub(crate) const EOS: &str = "<|endoftext|>";
 /// Marks the last symbol of a word in CLIP's BPE.
-pub const END_OF_WORD: &str = "</w>";
+pub(crate) const END_OF_WORD: &str = "</w>";
 /// Vocabularies smaller than this are toy vocabularies ([`ClipTokenizer::unknown_words`]); CLIP's
 /// has 49,408 tokens.
-pub const SMALL_VOCABULARY: usize = 10_000;
+pub(crate) const SMALL_VOCABULARY: usize = 10_000;
 
 /// One tokenized prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,7 +174,7 @@ impl ClipTokenizer {
     }
 
     /// Tokenizes prompts into `(batch, context)` u32 ids, with one truncation flag per prompt.
-    pub fn encode_batch(
+    pub(crate) fn encode_batch(
         &self,
         prompts: &[&str],
         device: &Device,
@@ -226,11 +226,11 @@ fn config_pad_id(path: &Path) -> Result<Option<u32>, LoadError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecialTokens {
     /// Start of text.
-    pub bos: String,
+    pub(crate) bos: String,
     /// End of text (also the pooled token).
-    pub eos: String,
+    pub(crate) eos: String,
     /// Padding.
-    pub pad: String,
+    pub(crate) pad: String,
 }
 
 impl Default for SpecialTokens {
@@ -246,7 +246,7 @@ impl Default for SpecialTokens {
 impl SpecialTokens {
     /// Reads `bos_token`, `eos_token` and `pad_token` (strings or `{"content": …}` objects) from a
     /// `tokenizer_config.json`; a missing file or key keeps the default.
-    pub fn read(path: &Path) -> Result<Self, LoadError> {
+    pub(crate) fn read(path: &Path) -> Result<Self, LoadError> {
         let mut special = Self::default();
         let Some(v) = read_json(path)? else {
             return Ok(special);

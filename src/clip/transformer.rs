@@ -15,7 +15,7 @@ use crate::autodiff::ops;
 
 /// Multi-head self-attention (`self_attn`: `q_proj`, `k_proj`, `v_proj`, `out_proj`).
 #[derive(Debug, Clone)]
-pub struct Attention {
+pub(crate) struct Attention {
     q_proj: Linear,
     k_proj: Linear,
     v_proj: Linear,
@@ -44,16 +44,15 @@ impl Attention {
         })
     }
 
-    /// `x (batch, tokens, hidden)` → same shape; `mask (tokens, tokens)` is added to the scores
-    /// (0 or −∞).
-    pub fn forward(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        self.attend(x, x, mask)
-    }
-
     /// Attention of the queries of `queries (batch, q, hidden)` over the keys and values of
     /// `x (batch, tokens, hidden)` → `(batch, q, hidden)`; `mask (q, tokens)` is added to the
     /// scores.
-    pub fn attend(&self, queries: &Tensor, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+    pub(crate) fn attend(
+        &self,
+        queries: &Tensor,
+        x: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let (b, tq, d) = queries.dims3()?;
         let heads = |y: Tensor| -> Result<Tensor> {
             let t = y.dim(1)?;
@@ -77,7 +76,7 @@ impl Attention {
 
 /// The feed-forward block (`mlp`: `fc1`, activation, `fc2`).
 #[derive(Debug, Clone)]
-pub struct Mlp {
+pub(crate) struct Mlp {
     fc1: Linear,
     fc2: Linear,
     act: Activation,
@@ -107,7 +106,7 @@ impl Module for Mlp {
 /// Frozen f32/f64 layers on the CPU run as one fused graph node ([`FusedLayer`]); the others
 /// (trainable weights, other devices and dtypes) compose candle ops.
 #[derive(Debug, Clone)]
-pub struct EncoderLayer {
+pub(crate) struct EncoderLayer {
     self_attn: Attention,
     layer_norm1: LayerNorm,
     mlp: Mlp,
@@ -152,7 +151,12 @@ impl EncoderLayer {
     /// values still come from every token, so the rows equal those of the full output. A read-out
     /// of the class token needs only this from the last layer (~1/tokens of its queries, output
     /// projection and MLP).
-    pub fn forward_first(&self, x: &Tensor, rows: usize, mask: Option<&Tensor>) -> Result<Tensor> {
+    pub(crate) fn forward_first(
+        &self,
+        x: &Tensor,
+        rows: usize,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
         if let Some(fused) = &self.fused {
             if let Some(y) = fused.forward(x, rows, mask)? {
                 return Ok(y);
@@ -189,7 +193,7 @@ impl Block for EncoderLayer {
 
 /// The layer stack (`encoder.layers.{i}`).
 #[derive(Debug, Clone)]
-pub struct Encoder {
+pub(crate) struct Encoder {
     layers: Vec<EncoderLayer>,
 }
 
@@ -203,16 +207,6 @@ impl Encoder {
         Ok(Self { layers })
     }
 
-    /// Number of layers.
-    pub fn len(&self) -> usize {
-        self.layers.len()
-    }
-
-    /// Whether the stack has no layers.
-    pub fn is_empty(&self) -> bool {
-        self.layers.is_empty()
-    }
-
     /// Runs the stack on `x (batch, tokens, hidden)` with an optional additive `mask`, checkpointed
     /// as `policy` says (a byte budget measures each layer first, on the CPU).
     pub fn forward(&self, x: &Tensor, mask: Option<&Tensor>, policy: &Policy) -> Result<Tensor> {
@@ -222,7 +216,7 @@ impl Encoder {
     /// The stack's output for the first `rows` tokens only `(batch, rows, hidden)`: every layer
     /// but the last runs as in [`Encoder::forward`] (under `policy`), the last one computes only
     /// those rows ([`EncoderLayer::forward_first`]).
-    pub fn forward_first(
+    pub(crate) fn forward_first(
         &self,
         x: &Tensor,
         rows: usize,
@@ -258,7 +252,7 @@ fn run_layers(
 }
 
 /// The causal mask `(tokens, tokens)`: 0 on and below the diagonal, −∞ above it.
-pub fn causal_mask(tokens: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+pub(crate) fn causal_mask(tokens: usize, dtype: DType, device: &Device) -> Result<Tensor> {
     let mask: Vec<f32> = (0..tokens)
         .flat_map(|i| (0..tokens).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
         .collect();

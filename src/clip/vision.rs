@@ -17,7 +17,7 @@ use crate::autodiff::nn::{self, layer_norm, linear_no_bias, LayerNorm, Linear};
 /// `embeddings`: `class_embedding (hidden)`, `patch_embedding (hidden, channels, p, p)` and
 /// `position_embedding (patches + 1, hidden)`.
 #[derive(Debug, Clone)]
-pub struct VisionEmbeddings {
+pub(crate) struct VisionEmbeddings {
     class_embedding: Tensor,
     patch_embedding: Linear,
     position_embedding: Tensor,
@@ -88,7 +88,7 @@ pub struct VisionOutput {
 
 /// `vision_model`: embeddings, `pre_layrnorm` (sic, the checkpoint's key), encoder, `post_layernorm`.
 #[derive(Debug, Clone)]
-pub struct ClipVisionTransformer {
+pub(crate) struct ClipVisionTransformer {
     embeddings: VisionEmbeddings,
     pre_layrnorm: LayerNorm,
     encoder: Encoder,
@@ -105,11 +105,6 @@ impl ClipVisionTransformer {
             encoder: Encoder::new(vb.pp("encoder"), &cfg.encoder())?,
             post_layernorm: layer_norm(d, eps, vb.pp("post_layernorm"))?,
         })
-    }
-
-    /// Number of encoder layers (the blocks a checkpoint policy plans over).
-    pub fn num_layers(&self) -> usize {
-        self.encoder.len()
     }
 
     /// `pixels (batch, channels, image_size, image_size)` → outputs; the encoder runs under `policy`.
@@ -130,7 +125,7 @@ impl ClipVisionTransformer {
     /// Only [`VisionOutput::pooled`] `(batch, hidden)`, computing just the class token's row
     /// in the last layer (equal to `forward(…).pooled`, with ~1/tokens of that layer's queries,
     /// output projection and MLP). Differentiable with respect to `pixels`.
-    pub fn pooled(&self, pixels: &Tensor, policy: &Policy) -> Result<Tensor> {
+    pub(crate) fn pooled(&self, pixels: &Tensor, policy: &Policy) -> Result<Tensor> {
         let x = self
             .pre_layrnorm
             .forward(&self.embeddings.forward(pixels)?)?;
@@ -161,11 +156,6 @@ impl ClipVisionModelWithProjection {
                 vb.pp("visual_projection"),
             )?,
         })
-    }
-
-    /// The tower without the projection.
-    pub fn vision_model(&self) -> &ClipVisionTransformer {
-        &self.vision_model
     }
 
     /// `pixels` → tower outputs and `image_embeds (batch, projection_dim)` (not normalised).

@@ -21,7 +21,7 @@ pub enum DeviceSpec {
 }
 
 /// An open device's name as on the command line (`cpu`, `cuda:0`; `metal:0`).
-pub fn device_name(device: &Device) -> String {
+pub(crate) fn device_name(device: &Device) -> String {
     match device.location() {
         candle_core::DeviceLocation::Cpu => "cpu".into(),
         candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),

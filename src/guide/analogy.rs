@@ -19,16 +19,16 @@
 //! clusters stay small and nothing is returned.
 
 /// Smallest number of agreeing triples for a completion to be kept.
-pub const MIN_SUPPORT: usize = 3;
+pub(crate) const MIN_SUPPORT: usize = 3;
 
 /// A triple `(a, b, c)` qualifies when `cos(a, b) < DIAGONAL_FRACTION · min(cos(a, c), cos(b, c))`
 /// and both of those cosines are positive.
-pub const DIAGONAL_FRACTION: f32 = 0.5;
+pub(crate) const DIAGONAL_FRACTION: f32 = 0.5;
 
 /// Cluster radius as a fraction of the median RMS distance between two bank latents: completions
 /// nearer than this to each other are one candidate, and nearer than this to a bank latent are
 /// that latent.
-pub const RADIUS_FRACTION: f32 = 0.4;
+pub(crate) const RADIUS_FRACTION: f32 = 0.4;
 
 /// Most element operations the search may take (`triples × latent length`, triples bounded by
 /// `n³/2` for a bank of `n`): about a second of scalar work. Larger banks are skipped with a
@@ -38,16 +38,16 @@ pub const MAX_WORK: usize = 2_000_000_000;
 
 /// A candidate latent completed from the bank.
 #[derive(Debug, Clone)]
-pub struct Completion {
+pub(crate) struct Completion {
     /// The mean of the cluster's completions, clamped to [−1, 1] (same length as a bank latent).
-    pub latent: Vec<f32>,
+    pub(crate) latent: Vec<f32>,
     /// How many triples landed in the cluster.
-    pub support: usize,
+    pub(crate) support: usize,
 }
 
 /// Consensus completions of `bank` (each latent flattened, all the same length), most supported
 /// first. Empty for fewer than three latents or a bank without parallelogram structure.
-pub fn completions(bank: &[Vec<f32>]) -> Vec<Completion> {
+pub(crate) fn completions(bank: &[Vec<f32>]) -> Vec<Completion> {
     let n = bank.len();
     if n < 3 || bank.iter().any(|z| z.len() != bank[0].len()) {
         return Vec::new();

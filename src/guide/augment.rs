@@ -10,7 +10,7 @@ use crate::autodiff::rng::Rng;
 
 /// Kinds of random background.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Background {
+pub(crate) enum Background {
     /// Per-pixel uniform noise.
     Noise,
     /// A checkerboard of two random colours with a random cell size.
@@ -23,11 +23,11 @@ pub enum Background {
 
 /// The random draws of one view's augmentation.
 #[derive(Debug, Clone)]
-pub struct AugmentDraw {
+pub(crate) struct AugmentDraw {
     /// Background image `(3, H, W)` in [0, 1].
-    pub background: Tensor,
+    pub(crate) background: Tensor,
     /// Crop `(top, left, size)` in pixels.
-    pub crop: (usize, usize, usize),
+    pub(crate) crop: (usize, usize, usize),
 }
 
 /// Draws a background of `kind` and a square crop covering `min_frac..=1` of the side.
@@ -81,7 +81,12 @@ pub fn draw(
 /// Composites the premultiplied colour `rgb (3, H, W)` (a render over black) with opacity
 /// `alpha (1, H, W)` over the drawn background, crops and resizes to `out × out`:
 /// `rgb + (1 − alpha)·background`, differentiable with respect to `rgb` and `alpha`.
-pub fn apply(rgb: &Tensor, alpha: &Tensor, draw: &AugmentDraw, out: usize) -> Result<Tensor> {
+pub(crate) fn apply(
+    rgb: &Tensor,
+    alpha: &Tensor,
+    draw: &AugmentDraw,
+    out: usize,
+) -> Result<Tensor> {
     let bg = draw.background.to_dtype(rgb.dtype())?;
     let inv = alpha.affine(-1.0, 1.0)?;
     let img = (rgb + bg.broadcast_mul(&inv)?)?;
@@ -91,7 +96,7 @@ pub fn apply(rgb: &Tensor, alpha: &Tensor, draw: &AugmentDraw, out: usize) -> Re
 }
 
 /// All background kinds, for drawing one uniformly.
-pub const BACKGROUNDS: [Background; 4] = [
+pub(crate) const BACKGROUNDS: [Background; 4] = [
     Background::Noise,
     Background::Checkerboard,
     Background::Blurred,
@@ -99,7 +104,7 @@ pub const BACKGROUNDS: [Background; 4] = [
 ];
 
 /// Draws a background kind uniformly.
-pub fn random_background(rng: &mut Rng) -> Background {
+pub(crate) fn random_background(rng: &mut Rng) -> Background {
     BACKGROUNDS[rng.below(BACKGROUNDS.len())]
 }
 

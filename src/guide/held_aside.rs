@@ -15,9 +15,9 @@ use crate::shap_e::Decoder;
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Score {
     /// Minus the CLIP term ([`Target::term`]): higher is better; the bare cosine without negatives.
-    pub score: f32,
+    pub(crate) score: f32,
     /// Mean cosine to the prompt.
-    pub cosine: f32,
+    pub(crate) cosine: f32,
 }
 
 /// A latent to start from, with its held-aside score ([`score`] at
@@ -26,9 +26,9 @@ pub struct Score {
 #[derive(Debug, Clone, Copy)]
 pub struct Start<'a> {
     /// The latent `(1, rows, d)`.
-    pub latent: &'a Tensor,
+    pub(crate) latent: &'a Tensor,
     /// Its held-aside score, if known.
-    pub score: Option<f32>,
+    pub(crate) score: Option<f32>,
 }
 
 /// `latent` as a [`Start`] whose score is not known yet.

@@ -27,7 +27,7 @@ pub struct GuideTrace {
     /// Mean CLIP cosine of the step's views (before the update), per step.
     pub cosine: Vec<f32>,
     /// Total loss per step.
-    pub loss: Vec<f32>,
+    pub(crate) loss: Vec<f32>,
     /// Steps skipped for a non-finite loss or gradient.
     pub skipped: usize,
     /// `(steps taken, held-aside score)` of every evaluation, the start (0 steps) first.
@@ -38,16 +38,16 @@ pub struct GuideTrace {
 
 /// What [`optimize`] returns.
 #[derive(Debug, Clone)]
-pub struct Optimized {
+pub(crate) struct Optimized {
     /// The best latent by the held-aside score (plain tensor, no graph).
-    pub latent: Tensor,
+    pub(crate) latent: Tensor,
     /// What the loop measured.
-    pub trace: GuideTrace,
+    pub(crate) trace: GuideTrace,
 }
 
 /// Optimizes the start's latent `(1, rows, d)` toward `target`; returns the best latent by the
 /// held-aside score and the trace. `on_step(step, cosine)` reports progress.
-pub fn optimize(
+pub(crate) fn optimize(
     decoder: &Decoder,
     scorer: &ClipScorer,
     target: &Target,

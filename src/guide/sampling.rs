@@ -17,7 +17,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
-use super::GuideError;
+use super::error::GuideError;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::shap_e::{Denoiser, HeunDiscreteScheduler};

@@ -2,21 +2,21 @@
 
 /// Warm-up + cosine schedule.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LrSchedule {
+pub(crate) struct LrSchedule {
     /// Peak learning rate.
-    pub lr: f64,
+    pub(crate) lr: f64,
     /// Steps of linear warm-up from 0.
-    pub warmup: usize,
+    pub(crate) warmup: usize,
     /// Total steps.
-    pub total: usize,
+    pub(crate) total: usize,
     /// Final rate as a fraction of the peak.
-    pub floor: f64,
+    pub(crate) floor: f64,
 }
 
 impl LrSchedule {
     /// Warm-up over the first tenth of `total` steps (at least one), then cosine decay to
     /// `floor × lr`.
-    pub fn warmup_cosine(lr: f64, total: usize, floor: f64) -> Self {
+    pub(crate) fn warmup_cosine(lr: f64, total: usize, floor: f64) -> Self {
         Self {
             lr,
             warmup: (total / 10).max(1),
@@ -26,7 +26,7 @@ impl LrSchedule {
     }
 
     /// The rate at 0-based `step`.
-    pub fn at(&self, step: usize) -> f64 {
+    pub(crate) fn at(&self, step: usize) -> f64 {
         if step < self.warmup {
             return self.lr * (step + 1) as f64 / self.warmup as f64;
         }

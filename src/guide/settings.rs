@@ -100,7 +100,7 @@ impl GuideSettings {
     /// [`AUTO_RESOLUTION_MIN`]`..=`[`AUTO_RESOLUTION_MAX`] (never above `clip_side`), upsampled
     /// to the CLIP's input. Half the side quarters the rays of a step; on the toy world's 64 px
     /// scorer the probe of held-out prompts measured the same verdicts at 32 as at 64 (README).
-    pub fn render_side(&self, clip_side: usize) -> usize {
+    pub(crate) fn render_side(&self, clip_side: usize) -> usize {
         if self.resolution == 0 {
             (clip_side / 2).clamp(AUTO_RESOLUTION_MIN.min(clip_side), AUTO_RESOLUTION_MAX)
         } else {
@@ -109,7 +109,7 @@ impl GuideSettings {
     }
 
     /// Side of the held-aside views for a scoring CLIP of input side `clip_side`.
-    pub fn eval_side(&self, clip_side: usize) -> usize {
+    pub(crate) fn eval_side(&self, clip_side: usize) -> usize {
         if self.eval_resolution == 0 {
             clip_side.max(32)
         } else {

@@ -26,10 +26,10 @@ use crate::shap_e::Decoder;
 
 /// Largest side at which every candidate is screened; only the best [`FINALISTS`] are scored at
 /// the held-aside views' full side.
-pub const SCREEN_SIDE: usize = 32;
+pub(crate) const SCREEN_SIDE: usize = 32;
 
 /// Candidates rescored at the full side after screening (at least the number refined).
-pub const FINALISTS: usize = 3;
+pub(crate) const FINALISTS: usize = 3;
 
 /// How a start was chosen, for the report.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -56,19 +56,19 @@ pub struct StartChoice {
     pub probes: Vec<(Option<usize>, f32)>,
     /// Held-aside score of the returned start at the full side, when known (not after
     /// refinement probes): the loop starts from it without rendering again.
-    pub start_score: Option<f32>,
+    pub(crate) start_score: Option<f32>,
     /// Wall seconds of the exploration, the bank's sampling included (set by the caller that
     /// samples the bank).
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 /// What [`choose_start`] returns.
 #[derive(Debug, Clone)]
 pub struct ChosenStart {
     /// The latent the loop starts from `(1, rows, d)`.
-    pub latent: Tensor,
+    pub(crate) latent: Tensor,
     /// How it was chosen ([`StartChoice::start_score`]: its score, when known).
-    pub choice: StartChoice,
+    pub(crate) choice: StartChoice,
 }
 
 /// Chooses the latent to optimize from the prior's sample `prior (1, rows, d)` (with its

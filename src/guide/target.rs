@@ -42,11 +42,11 @@ pub struct Target {
 
 /// One evaluation of the CLIP term.
 #[derive(Debug, Clone)]
-pub struct ClipTerm {
+pub(crate) struct ClipTerm {
     /// The loss (scalar, lower is better; differentiable when the embeddings are).
-    pub loss: Tensor,
+    pub(crate) loss: Tensor,
     /// Mean cosine to the prompt (scalar).
-    pub cosine: Tensor,
+    pub(crate) cosine: Tensor,
 }
 
 /// The rows of `embeds (k, D)` (unit embeddings of `names`) whose cosine with `text (1, D)` is
@@ -96,7 +96,7 @@ impl Target {
     }
 
     /// A target from unit embeddings: `text (1, D)`, `negatives (k, D)`, logit scale `scale`.
-    pub fn from_embeddings(
+    pub(crate) fn from_embeddings(
         prompt: &str,
         text: Tensor,
         negatives: Option<Tensor>,
@@ -113,7 +113,7 @@ impl Target {
     }
 
     /// The prompt.
-    pub fn prompt(&self) -> &str {
+    pub(crate) fn prompt(&self) -> &str {
         &self.prompt
     }
 
@@ -123,7 +123,7 @@ impl Target {
     }
 
     /// Number of negatives in use.
-    pub fn negatives(&self) -> usize {
+    pub(crate) fn negatives(&self) -> usize {
         self.negatives
             .as_ref()
             .and_then(|n| n.dim(0).ok())
@@ -131,7 +131,7 @@ impl Target {
     }
 
     /// The CLIP term averaged over unit image embeddings `emb (V, D)`.
-    pub fn term(&self, emb: &Tensor) -> Result<ClipTerm> {
+    pub(crate) fn term(&self, emb: &Tensor) -> Result<ClipTerm> {
         let cos = emb.matmul(&self.text.t()?)?; // (V, 1)
         let cosine = cos.mean_all()?;
         let mut loss = cosine.neg()?;

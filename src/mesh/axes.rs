@@ -8,12 +8,12 @@
 //! In Blender all three then show the field's +Z as up and its +X as +X.
 
 /// Field frame (Z up) to glTF/OBJ frame (Y up), for positions and normals.
-pub fn to_y_up(v: [f32; 3]) -> [f32; 3] {
+pub(crate) fn to_y_up(v: [f32; 3]) -> [f32; 3] {
     [v[0], v[2], -v[1]]
 }
 
 /// Field frame to PLY frame (identity: Blender reads PLY as Z up).
-pub fn to_z_up(v: [f32; 3]) -> [f32; 3] {
+pub(crate) fn to_z_up(v: [f32; 3]) -> [f32; 3] {
     v
 }
 

@@ -5,7 +5,7 @@
 //! adapter should pass it through [`srgb_to_linear`] so that [`super::Field`] returns linear colour.
 
 /// sRGB transfer function (IEC 61966-2-1) from linear to encoded, input clamped to [0, 1].
-pub fn linear_to_srgb(u: f32) -> f32 {
+pub(crate) fn linear_to_srgb(u: f32) -> f32 {
     let u = if u.is_finite() {
         u.clamp(0.0, 1.0)
     } else {
@@ -34,7 +34,9 @@ pub fn srgb_to_linear(u: f32) -> f32 {
 }
 
 /// [`srgb_to_linear`] on every element of a tensor (values clamped to [0, 1] first).
-pub fn srgb_to_linear_tensor(t: &candle_core::Tensor) -> candle_core::Result<candle_core::Tensor> {
+pub(crate) fn srgb_to_linear_tensor(
+    t: &candle_core::Tensor,
+) -> candle_core::Result<candle_core::Tensor> {
     let u = t.clamp(0f32, 1f32)?;
     let low = (&u / 12.92)?;
     let high = ((&u + 0.055)? / 1.055)?.powf(2.4)?;
@@ -42,7 +44,7 @@ pub fn srgb_to_linear_tensor(t: &candle_core::Tensor) -> candle_core::Result<can
 }
 
 /// Linear RGB to sRGB-encoded bytes (PLY, previews).
-pub fn srgb_bytes(linear: [f32; 3]) -> [u8; 3] {
+pub(crate) fn srgb_bytes(linear: [f32; 3]) -> [u8; 3] {
     linear.map(|c| (linear_to_srgb(c) * 255.0).round() as u8)
 }
 
@@ -52,7 +54,7 @@ pub fn srgb_floats(linear: [f32; 3]) -> [f32; 3] {
 }
 
 /// Linear RGB clamped to [0, 1] (glTF `COLOR_0`).
-pub fn clamp_linear(linear: [f32; 3]) -> [f32; 3] {
+pub(crate) fn clamp_linear(linear: [f32; 3]) -> [f32; 3] {
     linear.map(|c| {
         if c.is_finite() {
             c.clamp(0.0, 1.0)

@@ -38,7 +38,7 @@ impl Format {
     pub const DEFAULT: [Format; 4] = [Format::Glb, Format::Ply, Format::Obj, Format::PreviewPng];
 
     /// File name for `stem`.
-    pub fn file_name(self, stem: &str) -> String {
+    pub(crate) fn file_name(self, stem: &str) -> String {
         match self {
             Self::Glb => format!("{stem}.glb"),
             Self::Ply => format!("{stem}.ply"),
@@ -50,9 +50,9 @@ impl Format {
 }
 
 /// Preview tile / GIF frame size in pixels.
-pub const PREVIEW_SIZE: u32 = 256;
+pub(crate) const PREVIEW_SIZE: u32 = 256;
 /// Frames of the turntable GIF.
-pub const GIF_FRAMES: u32 = 24;
+pub(crate) const GIF_FRAMES: u32 = 24;
 
 /// Writes `mesh` in each of `formats` to `out_dir/<stem>…` (creating `out_dir`), each file atomically.
 /// Returns the paths written, in the order of `formats`.
@@ -91,15 +91,15 @@ pub fn write_all(
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExportSettings {
     /// Samples per axis (Shap-E decodes at 128).
-    pub grid_size: usize,
+    pub(crate) grid_size: usize,
     /// Box the grid spans (Shap-E: [−1, 1]³).
-    pub bounds: Bounds,
+    pub(crate) bounds: Bounds,
     /// Iso level (0 for Shap-E's tanh SDF).
-    pub level: f32,
+    pub(crate) level: f32,
     /// Vertex placement.
-    pub mode: McMode,
+    pub(crate) mode: McMode,
     /// Points per field evaluation.
-    pub chunk: usize,
+    pub(crate) chunk: usize,
 }
 
 impl Default for ExportSettings {
@@ -118,15 +118,15 @@ impl Default for ExportSettings {
 #[derive(Debug, Clone)]
 pub struct ExportReport {
     /// Files written, in the order of the requested formats.
-    pub files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
     /// Quality measures of the mesh (watertight, volume, Euler χ…).
-    pub stats: MeshStats,
+    pub(crate) stats: MeshStats,
     /// Memory right before grid sampling.
-    pub memory_before: MemoryReport,
+    pub(crate) memory_before: MemoryReport,
     /// Seconds spent sampling the grid, extracting the surface, colouring the vertices and writing files.
-    pub seconds: [f64; 4],
+    pub(crate) seconds: [f64; 4],
     /// Seconds spent writing each file, in the order of the requested formats.
-    pub format_seconds: Vec<(Format, f64)>,
+    pub(crate) format_seconds: Vec<(Format, f64)>,
 }
 
 /// Samples `field` on a `grid_size`³ grid over Shap-E's [−1, 1]³ at level 0, extracts the surface

@@ -20,7 +20,7 @@ const FLOAT: u32 = 5126;
 const UNSIGNED_INT: u32 = 5125;
 
 /// Encodes `mesh` as GLB bytes (`name` becomes the node and mesh name).
-pub fn to_glb(mesh: &Mesh, name: &str) -> Result<Vec<u8>, ExportError> {
+pub(crate) fn to_glb(mesh: &Mesh, name: &str) -> Result<Vec<u8>, ExportError> {
     mesh.validate()?;
     let positions: Vec<[f32; 3]> = mesh.positions.iter().map(|&p| to_y_up(p)).collect();
     let normals: Vec<[f32; 3]> = mesh.normals.iter().map(|&n| to_y_up(n)).collect();
@@ -91,7 +91,7 @@ pub fn to_glb(mesh: &Mesh, name: &str) -> Result<Vec<u8>, ExportError> {
 }
 
 /// Writes `mesh` to `path` as GLB, atomically.
-pub fn write_glb(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
+pub(crate) fn write_glb(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
     let name = path
         .file_stem()
         .map_or("mesh".into(), |s| s.to_string_lossy());

@@ -10,15 +10,15 @@ use super::error::ExportError;
 
 /// Largest samples per axis of a cubic grid; grids may hold at most `MAX_GRID³` samples, which keeps every vertex
 /// index (at most three per sample) below 2³¹.
-pub const MAX_GRID: usize = 640;
+pub(crate) const MAX_GRID: usize = 640;
 
 /// An axis-aligned box `[min, max]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bounds {
     /// Lower corner.
-    pub min: [f32; 3],
+    pub(crate) min: [f32; 3],
     /// Upper corner.
-    pub max: [f32; 3],
+    pub(crate) max: [f32; 3],
 }
 
 impl Bounds {
@@ -29,7 +29,7 @@ impl Bounds {
     };
 
     /// Position of a (possibly fractional or out-of-range) index on a lattice of `dims` samples spanning the box.
-    pub fn lattice_point(&self, dims: [usize; 3], index: [f32; 3]) -> [f32; 3] {
+    pub(crate) fn lattice_point(&self, dims: [usize; 3], index: [f32; 3]) -> [f32; 3] {
         [0, 1, 2].map(|a| {
             let (lo, hi) = (self.min[a], self.max[a]);
             lo + index[a] / (dims[a] - 1) as f32 * (hi - lo)
@@ -122,17 +122,17 @@ impl Grid {
     }
 
     /// Samples per axis (nx, ny, nz).
-    pub fn dims(&self) -> [usize; 3] {
+    pub(crate) fn dims(&self) -> [usize; 3] {
         self.dims
     }
 
     /// The box the samples span.
-    pub fn bounds(&self) -> Bounds {
+    pub(crate) fn bounds(&self) -> Bounds {
         self.bounds
     }
 
     /// All values, x fastest.
-    pub fn values(&self) -> &[f32] {
+    pub(crate) fn values(&self) -> &[f32] {
         &self.values
     }
 
@@ -142,17 +142,17 @@ impl Grid {
     }
 
     /// Distance between neighbouring samples per axis.
-    pub fn spacing(&self) -> [f32; 3] {
+    pub(crate) fn spacing(&self) -> [f32; 3] {
         [0, 1, 2].map(|a| (self.bounds.max[a] - self.bounds.min[a]) / (self.dims[a] - 1) as f32)
     }
 
     /// Position of a (possibly fractional or out-of-range) lattice index.
-    pub fn position(&self, index: [f32; 3]) -> [f32; 3] {
+    pub(crate) fn position(&self, index: [f32; 3]) -> [f32; 3] {
         self.bounds.lattice_point(self.dims, index)
     }
 
     /// Smallest and largest value.
-    pub fn range(&self) -> (f32, f32) {
+    pub(crate) fn range(&self) -> (f32, f32) {
         self.values
             .iter()
             .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
@@ -161,7 +161,7 @@ impl Grid {
     }
 
     /// Errors if any value is NaN or infinite.
-    pub fn check_finite(&self) -> Result<(), ExportError> {
+    pub(crate) fn check_finite(&self) -> Result<(), ExportError> {
         let count = self.values.par_iter().filter(|v| !v.is_finite()).count();
         if count == 0 {
             return Ok(());

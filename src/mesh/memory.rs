@@ -10,13 +10,13 @@ pub struct MemoryReport {
     /// The device's figures around the cache release ([`device_memory::trim`]): the CUDA pool's
     /// reserved/used bytes and the driver's free bytes before and after `cuMemPoolTrimTo`; the
     /// host heap on the CPU.
-    pub trim: Trim,
+    pub(crate) trim: Trim,
     /// Live heap bytes of this process, when the counting allocator (`autodiff::memory::CountingAlloc`) is installed.
-    pub host_live_bytes: Option<usize>,
+    pub(crate) host_live_bytes: Option<usize>,
     /// Free bytes on the GPU (CUDA builds only).
-    pub device_free_bytes: Option<usize>,
+    pub(crate) device_free_bytes: Option<usize>,
     /// Total bytes on the GPU (CUDA builds only).
-    pub device_total_bytes: Option<usize>,
+    pub(crate) device_total_bytes: Option<usize>,
 }
 
 impl std::fmt::Display for MemoryReport {

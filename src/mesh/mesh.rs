@@ -4,7 +4,7 @@
 use super::error::ExportError;
 
 /// Colour given to vertices before any colour is sampled (linear mid grey).
-pub const DEFAULT_COLOUR: [f32; 3] = [0.5, 0.5, 0.5];
+pub(crate) const DEFAULT_COLOUR: [f32; 3] = [0.5, 0.5, 0.5];
 
 /// An indexed triangle mesh in the field's frame (Shap-E: right-handed, +Z up; see [`super::axes`]).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -25,34 +25,34 @@ pub struct MeshStats {
     /// Vertex count.
     pub vertices: usize,
     /// Triangle count.
-    pub faces: usize,
+    pub(crate) faces: usize,
     /// Distinct undirected edges.
     pub edges: usize,
     /// Edges used by exactly one face (holes).
-    pub boundary_edges: usize,
+    pub(crate) boundary_edges: usize,
     /// Edges used by more than two faces.
-    pub non_manifold_edges: usize,
+    pub(crate) non_manifold_edges: usize,
     /// Two-face edges not traversed once in each direction (flipped neighbours).
-    pub inconsistent_edges: usize,
+    pub(crate) inconsistent_edges: usize,
     /// Faces with a repeated index or zero area.
-    pub degenerate_faces: usize,
+    pub(crate) degenerate_faces: usize,
     /// Vertices no face uses.
-    pub unreferenced_vertices: usize,
+    pub(crate) unreferenced_vertices: usize,
     /// Non-finite coordinates, normals or colours.
-    pub non_finite_values: usize,
+    pub(crate) non_finite_values: usize,
     /// Connected components (over faces).
     pub components: usize,
     /// Σ v0·(v1×v2)/6; positive for outward winding.
     pub signed_volume: f64,
     /// Total surface area.
-    pub area: f64,
+    pub(crate) area: f64,
     /// Euler characteristic V − E + F (2 per sphere-like component, 0 per torus).
     pub euler: i64,
 }
 
 impl MeshStats {
     /// Closed and edge-manifold: every edge is shared by exactly two faces.
-    pub fn is_watertight(&self) -> bool {
+    pub(crate) fn is_watertight(&self) -> bool {
         self.boundary_edges == 0 && self.non_manifold_edges == 0
     }
 
@@ -79,7 +79,7 @@ impl Mesh {
     }
 
     /// Axis-aligned bounds (min, max) of the positions; zeros when empty.
-    pub fn bounds(&self) -> ([f32; 3], [f32; 3]) {
+    pub(crate) fn bounds(&self) -> ([f32; 3], [f32; 3]) {
         if self.positions.is_empty() {
             return ([0.0; 3], [0.0; 3]);
         }
@@ -95,7 +95,7 @@ impl Mesh {
     }
 
     /// Checks array lengths and index bounds (what every writer needs).
-    pub fn validate(&self) -> Result<(), ExportError> {
+    pub(crate) fn validate(&self) -> Result<(), ExportError> {
         let n = self.positions.len();
         let invalid = |reason: String| {
             Err(ExportError::Invalid {

@@ -20,25 +20,24 @@
 //! # Ok::<(), clipsculpt::mesh::ExportError>(())
 //! ```
 
-pub mod axes;
+pub(crate) mod axes;
 pub mod colour;
-pub mod error;
-pub mod export;
+pub(crate) mod error;
+pub(crate) mod export;
 pub mod field;
-pub mod glb;
-pub mod grid;
+pub(crate) mod glb;
+pub(crate) mod grid;
 pub mod marching_cubes;
 pub mod memory;
 #[allow(clippy::module_inception)]
 pub mod mesh;
-pub mod obj;
-pub mod ply;
+pub(crate) mod obj;
+pub(crate) mod ply;
 pub mod preview;
-pub mod raster;
+pub(crate) mod raster;
 pub mod shapes;
 pub mod tables;
 
-pub use error::ExportError;
 pub use export::{
     export_field, export_field_with, write_all, ExportReport, ExportSettings, Format,
 };

@@ -13,7 +13,7 @@ use super::mesh::Mesh;
 use crate::atomic::write_atomic_with;
 
 /// Writes the OBJ text of `mesh` (object `name`) to `w`.
-pub fn write_obj_to(mesh: &Mesh, name: &str, w: &mut impl Write) -> std::io::Result<()> {
+pub(crate) fn write_obj_to(mesh: &Mesh, name: &str, w: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         w,
         "# clipsculpt {}: +Y up, sRGB vertex colours",
@@ -37,7 +37,7 @@ pub fn write_obj_to(mesh: &Mesh, name: &str, w: &mut impl Write) -> std::io::Res
 }
 
 /// Writes `mesh` to `path` as OBJ, atomically.
-pub fn write_obj(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
+pub(crate) fn write_obj(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
     mesh.validate()?;
     let name: String = path.file_stem().map_or("mesh".into(), |s| {
         s.to_string_lossy()

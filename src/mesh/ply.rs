@@ -12,7 +12,7 @@ use super::mesh::Mesh;
 use crate::atomic::write_atomic_with;
 
 /// Writes the PLY bytes of `mesh` to `w`.
-pub fn write_ply_to(mesh: &Mesh, w: &mut impl Write) -> std::io::Result<()> {
+pub(crate) fn write_ply_to(mesh: &Mesh, w: &mut impl Write) -> std::io::Result<()> {
     write!(
         w,
         "ply\nformat binary_little_endian 1.0\ncomment clipsculpt: +Z up, sRGB vertex colours\n\
@@ -43,7 +43,7 @@ pub fn write_ply_to(mesh: &Mesh, w: &mut impl Write) -> std::io::Result<()> {
 }
 
 /// Writes `mesh` to `path` as binary PLY, atomically.
-pub fn write_ply(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
+pub(crate) fn write_ply(mesh: &Mesh, path: &Path) -> Result<(), ExportError> {
     mesh.validate()?;
     if mesh.positions.len() > i32::MAX as usize {
         return Err(ExportError::Invalid {

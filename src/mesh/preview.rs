@@ -13,11 +13,11 @@ use super::raster::{render, View};
 use crate::atomic::{write_atomic, write_atomic_with};
 
 /// Turntable views on the contact sheet.
-pub const SHEET_VIEWS: u32 = 8;
+pub(crate) const SHEET_VIEWS: u32 = 8;
 /// Columns of the contact sheet.
-pub const SHEET_COLUMNS: u32 = 4;
+pub(crate) const SHEET_COLUMNS: u32 = 4;
 /// Elevation of every preview view (20°).
-pub const ELEVATION: f32 = 20.0 * std::f32::consts::PI / 180.0;
+pub(crate) const ELEVATION: f32 = 20.0 * std::f32::consts::PI / 180.0;
 
 fn turntable(k: u32, count: u32) -> View {
     View {
@@ -43,7 +43,7 @@ pub fn contact_sheet(mesh: &Mesh, tile: u32) -> RgbImage {
 }
 
 /// Writes the contact sheet as PNG, atomically.
-pub fn write_contact_sheet(mesh: &Mesh, path: &Path, tile: u32) -> Result<(), ExportError> {
+pub(crate) fn write_contact_sheet(mesh: &Mesh, path: &Path, tile: u32) -> Result<(), ExportError> {
     let sheet = contact_sheet(mesh, tile);
     let mut png = Vec::new();
     PngEncoder::new(&mut png)
@@ -61,7 +61,7 @@ pub fn write_contact_sheet(mesh: &Mesh, path: &Path, tile: u32) -> Result<(), Ex
 }
 
 /// Writes a looping turntable GIF of `frames` views at `size` pixels, atomically.
-pub fn write_turntable_gif(
+pub(crate) fn write_turntable_gif(
     mesh: &Mesh,
     path: &Path,
     size: u32,

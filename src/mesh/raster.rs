@@ -7,15 +7,15 @@ use super::colour::linear_to_srgb;
 use super::mesh::Mesh;
 
 /// Background of preview images (sRGB).
-pub const BACKGROUND: Rgb<u8> = Rgb([235, 235, 240]);
+pub(crate) const BACKGROUND: Rgb<u8> = Rgb([235, 235, 240]);
 
 /// A camera orbiting the mesh centre around the field's +Z (up) axis.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct View {
+pub(crate) struct View {
     /// Turntable angle in radians (0: from −Y looking along +Y, Blender's front view).
-    pub azimuth: f32,
+    pub(crate) azimuth: f32,
     /// Elevation above the horizon in radians.
-    pub elevation: f32,
+    pub(crate) elevation: f32,
 }
 
 /// Renders `mesh` from `view` into a `size`×`size` image (orthographic, the bounding sphere fills the frame).

@@ -16,7 +16,7 @@ pub fn torus(p: [f32; 3], major: f32, minor: f32) -> f32 {
 }
 
 /// Axis-aligned box centred at the origin with the given half extents.
-pub fn cuboid(p: [f32; 3], half: [f32; 3]) -> f32 {
+pub(crate) fn cuboid(p: [f32; 3], half: [f32; 3]) -> f32 {
     let q = [0, 1, 2].map(|a| p[a].abs() - half[a]);
     let outside = q.iter().map(|v| v.max(0.0).powi(2)).sum::<f32>().sqrt();
     let inside = q[0].max(q[1]).max(q[2]).min(0.0);
@@ -24,14 +24,14 @@ pub fn cuboid(p: [f32; 3], half: [f32; 3]) -> f32 {
 }
 
 /// Cylinder around the z axis: `radius`, from `−half_height` to `half_height`.
-pub fn cylinder(p: [f32; 3], radius: f32, half_height: f32) -> f32 {
+pub(crate) fn cylinder(p: [f32; 3], radius: f32, half_height: f32) -> f32 {
     let d = [p[0].hypot(p[1]) - radius, p[2].abs() - half_height];
     let outside = d[0].max(0.0).hypot(d[1].max(0.0));
     -(outside + d[0].max(d[1]).min(0.0))
 }
 
 /// Cone around the z axis: base disc of `radius` at `z = −height/2`, apex at `z = height/2`.
-pub fn cone(p: [f32; 3], radius: f32, height: f32) -> f32 {
+pub(crate) fn cone(p: [f32; 3], radius: f32, height: f32) -> f32 {
     // In the (ρ, z) half-plane the solid is the triangle (0, z0), (r, z0), (0, z0 + h); its surface is the slanted
     // edge and the base edge (the axis edge is not a surface).
     let q = [p[0].hypot(p[1]), p[2]];
@@ -48,7 +48,7 @@ pub fn cone(p: [f32; 3], radius: f32, height: f32) -> f32 {
 }
 
 /// Capsule around the z axis: the points within `radius` of the segment from `−half_length` to `half_length`.
-pub fn capsule(p: [f32; 3], radius: f32, half_length: f32) -> f32 {
+pub(crate) fn capsule(p: [f32; 3], radius: f32, half_length: f32) -> f32 {
     let z = p[2] - p[2].clamp(-half_length, half_length);
     radius - (p[0] * p[0] + p[1] * p[1] + z * z).sqrt()
 }

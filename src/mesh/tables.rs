@@ -14,10 +14,10 @@
 use std::sync::OnceLock;
 
 /// Most triangles any case produces.
-pub const MAX_TRIS: usize = 5;
+pub(crate) const MAX_TRIS: usize = 5;
 
 /// Corner pairs of the 12 local edges (lower corner index first).
-pub const EDGE_CORNERS: [[u8; 2]; 12] = [
+pub(crate) const EDGE_CORNERS: [[u8; 2]; 12] = [
     [0, 1],
     [2, 3],
     [4, 5],
@@ -38,7 +38,7 @@ pub struct Case {
     /// Number of triangles.
     pub count: u8,
     /// Local edge ids per triangle.
-    pub tris: [[u8; 3]; MAX_TRIS],
+    pub(crate) tris: [[u8; 3]; MAX_TRIS],
 }
 
 /// The 256 cases, built once.

@@ -8,16 +8,16 @@ use hf_hub::{Cache, Repo, RepoType};
 
 /// How to reach the hub.
 #[derive(Debug, Clone, Default)]
-pub struct HubOptions {
+pub(crate) struct HubOptions {
     /// Use only the local cache (`HF_HUB_OFFLINE=1`).
-    pub offline: bool,
+    pub(crate) offline: bool,
     /// Show download progress bars.
-    pub progress: bool,
+    pub(crate) progress: bool,
 }
 
 /// Errors while fetching hub files.
 #[derive(Debug, thiserror::Error)]
-pub enum HubError {
+pub(crate) enum HubError {
     /// Offline and the file is not cached.
     #[error("{repo}: '{file}' is not in the hf cache and HF_HUB_OFFLINE is set; run `clipsculpt download {repo}` with network access, or unset HF_HUB_OFFLINE")]
     NotCached {
@@ -43,7 +43,7 @@ pub enum HubError {
 
 /// Fetches one file per group (the first alternative that exists) and returns their local paths.
 /// Example group: `["model.safetensors", "model.fp16.safetensors"]`.
-pub fn fetch_files(
+pub(crate) fn fetch_files(
     repo: &str,
     revision: Option<&str>,
     groups: &[Vec<String>],

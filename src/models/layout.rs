@@ -8,7 +8,7 @@ use crate::weights::files::{under, DECODER_DIRS, DIFFUSERS_WEIGHTS, TRANSFORMERS
 
 /// The kinds of model folders clipsculpt reads (`--kind clip|shap-e` on the command line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ModelKind {
+pub(crate) enum ModelKind {
     /// A Hugging Face `transformers` CLIP model (`config.json`, tokenizer, `model.safetensors`).
     Clip,
     /// A diffusers Shap-E pipeline (`prior/`, `text_encoder/`, `tokenizer/`, `scheduler/`, `renderer/`).
@@ -18,7 +18,7 @@ pub enum ModelKind {
 impl ModelKind {
     /// File groups to fetch: from each group the first alternative that exists. Built from the
     /// loaders' own lists ([`crate::weights::files`]).
-    pub fn files(self) -> Vec<Vec<String>> {
+    pub(crate) fn files(self) -> Vec<Vec<String>> {
         let one = |f: &str| vec![f.to_string()];
         let owned = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         match self {
@@ -51,7 +51,7 @@ impl ModelKind {
     }
 
     /// A guess from a hub id or folder name (`shap-e` → Shap-E, else CLIP).
-    pub fn guess(spec: &ModelSpec) -> ModelKind {
+    pub(crate) fn guess(spec: &ModelSpec) -> ModelKind {
         let name = spec.to_string().to_ascii_lowercase();
         if name.contains("shap-e") || name.contains("shap_e") || name.contains("shape") {
             ModelKind::ShapE
@@ -63,7 +63,7 @@ impl ModelKind {
 
 /// Errors resolving a spec to files.
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     /// Fetching from the hub failed.
     #[error(transparent)]
     Hub(#[from] HubError),
@@ -75,7 +75,7 @@ pub enum ResolveError {
 /// Resolves `spec` to a local folder holding the files of `kind` (downloading hub files into the
 /// hf cache unless offline). `toy_roots` are the folders searched, in order, for the embedded
 /// models.
-pub fn resolve(
+pub(crate) fn resolve(
     spec: &ModelSpec,
     kind: ModelKind,
     toy_roots: &[PathBuf],

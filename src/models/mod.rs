@@ -7,6 +7,6 @@ mod hub;
 mod layout;
 mod spec;
 
-pub use hub::{fetch_files, HubError, HubOptions};
-pub use layout::{resolve, ModelKind, ResolveError};
-pub use spec::{ModelSpec, SpecError};
+pub(crate) use hub::HubOptions;
+pub(crate) use layout::{resolve, ModelKind};
+pub(crate) use spec::ModelSpec;

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 /// Where a model's files come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelSpec {
+pub(crate) enum ModelSpec {
     /// The embedded default shipped in `assets/`.
     Toy,
     /// A Hugging Face hub repository, optionally pinned to a revision (branch, tag or commit).
@@ -23,9 +23,9 @@ pub enum ModelSpec {
 /// A model spec that names nothing usable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("model spec '{spec}' names nothing usable: not 'toy', not an existing directory, and not a hub id of the form owner/name[@revision]")]
-pub struct SpecError {
+pub(crate) struct SpecError {
     /// What was typed.
-    pub spec: String,
+    pub(crate) spec: String,
 }
 
 impl FromStr for ModelSpec {

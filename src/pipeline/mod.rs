@@ -5,11 +5,11 @@
 
 pub mod generate;
 pub mod mesh;
-pub mod models;
-pub mod report;
-pub mod settings;
-pub mod stages;
-pub mod stream;
+pub(crate) mod models;
+pub(crate) mod report;
+pub(crate) mod settings;
+pub(crate) mod stages;
+pub(crate) mod stream;
 
 pub use generate::{generate, same_values, Progress};
 pub use mesh::{extract_mesh, LatentField};
@@ -18,4 +18,3 @@ pub use report::{
     ExportMemory, MemorySection, Report, ReportSettings, StagePeakBytes, StageSeconds,
 };
 pub use settings::RunSettings;
-pub use stages::StageRecorder;

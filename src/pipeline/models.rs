@@ -24,9 +24,9 @@ use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler, ShapE};
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelSources {
     /// The Shap-E pipeline folder.
-    pub shap_e: String,
+    pub(crate) shap_e: String,
     /// The scoring-CLIP folder.
-    pub clip: String,
+    pub(crate) clip: String,
 }
 
 /// The models of a run, loaded once (a batch reuses them for every item).
@@ -34,24 +34,24 @@ pub struct Models {
     /// Prior, scheduler and decoder.
     pub shap_e: ShapE,
     /// The prior's CLIP text tower.
-    pub text_encoder: ClipTextModelWithProjection,
+    pub(crate) text_encoder: ClipTextModelWithProjection,
     /// Its tokenizer.
-    pub tokenizer: ClipTokenizer,
+    pub(crate) tokenizer: ClipTokenizer,
     /// The scoring CLIP (guidance).
     pub scorer: ClipScorer,
     /// An optional held-out CLIP that scores the result but never guides it.
-    pub held_out: Option<ClipScorer>,
+    pub(crate) held_out: Option<ClipScorer>,
     /// Negative prompts guidance contrasts the prompt against (the scoring CLIP folder's
     /// [`guide::NEGATIVES_FILE`], or `--negatives`).
     pub negatives: Vec<String>,
     /// Where they came from, for reports.
-    pub sources: ModelSources,
+    pub(crate) sources: ModelSources,
     /// Seconds [`Models::load`] took.
-    pub load_seconds: f64,
+    pub(crate) load_seconds: f64,
     /// The dtype of the frozen networks' matrix weights.
     pub precision: Precision,
     /// Peak bytes while loading ([`device_memory::peak_bytes`]).
-    pub load_peak_bytes: u64,
+    pub(crate) load_peak_bytes: u64,
 }
 
 impl Models {
@@ -186,7 +186,7 @@ impl Models {
     /// [`guide::GuideSettings::explore_prior_steps`] sampler steps, for every negative prompt
     /// other than `prompt` (stream [`stream::EXPLORE`]); `None` without negatives or with
     /// exploration off.
-    pub fn sample_bank(
+    pub(crate) fn sample_bank(
         &self,
         prompt: &str,
         s: &RunSettings,
@@ -307,7 +307,7 @@ pub struct Guided {
 
 impl Guided {
     /// `latent` left as it is (no guidance steps).
-    pub fn unguided(latent: &Tensor) -> Self {
+    pub(crate) fn unguided(latent: &Tensor) -> Self {
         Self {
             latent: latent.clone(),
             trace: GuideTrace::default(),

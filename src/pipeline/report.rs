@@ -20,9 +20,9 @@ use crate::mesh::{self, MemoryReport};
 pub struct ReportSettings {
     /// The run's settings, with the guidance scale resolved to the one used.
     #[serde(flatten)]
-    pub run: RunSettings,
+    pub(crate) run: RunSettings,
     /// The device it ran on (`cpu`, `cuda:0`).
-    pub device: String,
+    pub(crate) device: String,
     /// The frozen networks' matrix-weight dtype (`--dtype`: f32, bf16, f16).
     pub dtype: Precision,
 }
@@ -30,7 +30,7 @@ pub struct ReportSettings {
 impl ReportSettings {
     /// `s` as `models` ran it on `device`: the guidance scale, render side and held-aside side
     /// resolved to the ones used.
-    pub fn resolved(s: &RunSettings, models: &Models, device: &Device) -> Self {
+    pub(crate) fn resolved(s: &RunSettings, models: &Models, device: &Device) -> Self {
         let clip_side = models.scorer.image_size();
         Self {
             run: RunSettings {
@@ -58,13 +58,13 @@ pub struct StagePeakBytes {
     /// Loading the models (once per process).
     pub loading: u64,
     /// Text conditioning and prior sampling.
-    pub sampling: u64,
+    pub(crate) sampling: u64,
     /// The before/after scores (the larger of the two).
-    pub scoring: u64,
+    pub(crate) scoring: u64,
     /// CLIP-guided optimization.
     pub optimizing: u64,
     /// Writing the latents and the preview sheets.
-    pub previews: u64,
+    pub(crate) previews: u64,
     /// The graph-free export (grid, surface, colours, files), after the cache release.
     pub export: u64,
 }
@@ -91,9 +91,9 @@ pub struct ExportMemory {
     /// Live heap bytes of the process (`None` without the counting allocator).
     pub host_live_bytes: Option<u64>,
     /// Free device bytes (`None` on the CPU).
-    pub device_free_bytes: Option<u64>,
+    pub(crate) device_free_bytes: Option<u64>,
     /// Total device bytes (`None` on the CPU).
-    pub device_total_bytes: Option<u64>,
+    pub(crate) device_total_bytes: Option<u64>,
 }
 
 impl From<&MemoryReport> for ExportMemory {
@@ -143,11 +143,11 @@ pub struct StageSeconds {
 #[derive(Debug, Serialize)]
 pub struct Report {
     /// clipsculpt version.
-    pub version: &'static str,
+    pub(crate) version: &'static str,
     /// The prompt.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// Model folders.
-    pub models: ModelSources,
+    pub(crate) models: ModelSources,
     /// Seed, steps and other settings.
     pub settings: ReportSettings,
     /// Guided sampling through the prior: σ, CLIP cosine, loss, clipped share and push of every
@@ -157,7 +157,7 @@ pub struct Report {
     /// evaluations (empty unless the mode optimizes the latent).
     pub trace: GuideTrace,
     /// How exploration chose the start (bank scores, probes, the winner).
-    pub start: StartChoice,
+    pub(crate) start: StartChoice,
     /// Held-aside score ([`crate::guide::Score`]) of the prior's latent (guided or not): four
     /// fixed views, minus the CLIP term (the bare cosine without negatives).
     pub score_before: f32,
@@ -165,18 +165,18 @@ pub struct Report {
     /// `score_before`).
     pub score_after: f32,
     /// Mean scoring-CLIP cosine to the prompt of the same views, before.
-    pub cosine_before: f32,
+    pub(crate) cosine_before: f32,
     /// After.
-    pub cosine_after: f32,
+    pub(crate) cosine_after: f32,
     /// Negative prompts the CLIP term contrasted against.
-    pub negatives: usize,
+    pub(crate) negatives: usize,
     /// The held-out CLIP's cosine before and after, when one was given.
-    pub held_out_scores: Option<[f32; 2]>,
+    pub(crate) held_out_scores: Option<[f32; 2]>,
     /// Seconds per stage.
     pub seconds: StageSeconds,
     /// Peak heap bytes of the optimization above its start (counting allocator; 0 when not
     /// installed).
-    pub peak_optimize_bytes: usize,
+    pub(crate) peak_optimize_bytes: usize,
     /// Memory in use when the export started, after optimization state was dropped (host heap;
     /// device free/total under CUDA).
     pub memory_before_export: ExportMemory,

@@ -15,39 +15,39 @@ use crate::device::Precision;
 use crate::mesh::ExportReport;
 
 /// The stage names of a `generate` run, in the order they run.
-pub mod stage {
+pub(crate) mod stage {
     /// Loading the models (measured once per process, before the run).
-    pub const LOADING: &str = "loading";
+    pub(crate) const LOADING: &str = "loading";
     /// Text conditioning and prior sampling.
-    pub const SAMPLING: &str = "sampling";
+    pub(crate) const SAMPLING: &str = "sampling";
     /// The target's text embeddings and the before/after (and held-out) scores.
-    pub const SCORING: &str = "scoring";
+    pub(crate) const SCORING: &str = "scoring";
     /// Exploration (the part of [`OPTIMIZING`] that chose the start).
-    pub const EXPLORING: &str = "exploring";
+    pub(crate) const EXPLORING: &str = "exploring";
     /// CLIP-guided optimization.
-    pub const OPTIMIZING: &str = "optimizing";
+    pub(crate) const OPTIMIZING: &str = "optimizing";
     /// Writing the latents.
-    pub const LATENTS: &str = "latents";
+    pub(crate) const LATENTS: &str = "latents";
     /// The preview sheets.
-    pub const PREVIEWS: &str = "previews";
+    pub(crate) const PREVIEWS: &str = "previews";
     /// The graph-free export (its own timings are in [`crate::mesh::ExportReport`]).
-    pub const EXPORT: &str = "export";
+    pub(crate) const EXPORT: &str = "export";
 }
 
 /// What one stage took: seconds and peak bytes summed and maxed over its runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct StageRecord {
+pub(crate) struct StageRecord {
     /// Wall seconds.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Peak bytes in use on the device's meter (absolute).
-    pub peak_bytes: u64,
+    pub(crate) peak_bytes: u64,
     /// Peak host heap bytes above the stage's start (0 without the counting allocator).
-    pub heap_above_start: usize,
+    pub(crate) heap_above_start: usize,
 }
 
 /// Records the stages of one run on one device, by name.
 #[derive(Debug)]
-pub struct StageRecorder<'d> {
+pub(crate) struct StageRecorder<'d> {
     device: &'d Device,
     started: Instant,
     stages: BTreeMap<&'static str, StageRecord>,
@@ -64,7 +64,7 @@ impl<'d> StageRecorder<'d> {
     }
 
     /// Adds a stage measured elsewhere (the models' loading).
-    pub fn record(&mut self, name: &'static str, seconds: f64, peak_bytes: u64) {
+    pub(crate) fn record(&mut self, name: &'static str, seconds: f64, peak_bytes: u64) {
         self.add(
             name,
             StageRecord {
@@ -100,20 +100,20 @@ impl<'d> StageRecorder<'d> {
 
     /// Moves `seconds` of stage `from` to stage `to` (the exploration measured inside the
     /// optimization); `from` keeps at least 0.
-    pub fn move_seconds(&mut self, from: &'static str, to: &'static str, seconds: f64) {
+    pub(crate) fn move_seconds(&mut self, from: &'static str, to: &'static str, seconds: f64) {
         let left = self.get(from).seconds - seconds;
         self.stages.entry(from).or_default().seconds = left.max(0.0);
         self.stages.entry(to).or_default().seconds += seconds;
     }
 
     /// What stage `name` took (zeros if it never ran).
-    pub fn get(&self, name: &str) -> StageRecord {
+    pub(crate) fn get(&self, name: &str) -> StageRecord {
         self.stages.get(name).copied().unwrap_or_default()
     }
 
     /// The `seconds` section: the stages, the export's own timings (`export`), and the total
     /// (loading plus the wall time since [`Self::new`]), `other` being what they leave of it.
-    pub fn seconds(&self, export: &ExportReport) -> StageSeconds {
+    pub(crate) fn seconds(&self, export: &ExportReport) -> StageSeconds {
         let secs = |name| self.get(name).seconds;
         let [mesh_grid, mesh_surface, mesh_colours, _] = export.seconds;
         let files: BTreeMap<String, f64> = export

@@ -2,12 +2,12 @@
 //! stream numbers give `generate`, `sample` and `eval` the same draws for the same seed.
 
 /// The prior's initial noise.
-pub const PRIOR: u64 = 1;
+pub(crate) const PRIOR: u64 = 1;
 /// The guided optimization (cameras, backgrounds, crops).
-pub const GUIDE: u64 = 3;
+pub(crate) const GUIDE: u64 = 3;
 /// The before/after preview contact sheets.
-pub const PREVIEW: u64 = 4;
+pub(crate) const PREVIEW: u64 = 4;
 /// Exploration: the bank's prior noise and the probes' draws.
-pub const EXPLORE: u64 = 5;
+pub(crate) const EXPLORE: u64 = 5;
 /// Guided sampling (cameras, backgrounds, crops of each guided sampler step).
-pub const SAMPLING: u64 = 6;
+pub(crate) const SAMPLING: u64 = 6;

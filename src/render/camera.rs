@@ -9,29 +9,29 @@ use candle_core::{Device, Result, Tensor};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Camera {
     /// Camera position.
-    pub origin: [f32; 3],
+    pub(crate) origin: [f32; 3],
     /// Image-right axis.
-    pub x: [f32; 3],
+    pub(crate) x: [f32; 3],
     /// Image-down axis.
-    pub y: [f32; 3],
+    pub(crate) y: [f32; 3],
     /// Viewing direction.
-    pub z: [f32; 3],
+    pub(crate) z: [f32; 3],
     /// Pixels per row.
     pub width: usize,
     /// Rows.
     pub height: usize,
     /// Horizontal field of view (radians).
-    pub x_fov: f32,
+    pub(crate) x_fov: f32,
     /// Vertical field of view (radians).
-    pub y_fov: f32,
+    pub(crate) y_fov: f32,
 }
 
 /// Field of view of Shap-E's pan cameras (radians).
-pub const PAN_FOV: f32 = 0.7;
+pub(crate) const PAN_FOV: f32 = 0.7;
 /// Distance of Shap-E's pan cameras from the origin.
-pub const PAN_RADIUS: f32 = 4.0;
+pub(crate) const PAN_RADIUS: f32 = 4.0;
 /// Number of pan views in a contact sheet.
-pub const PAN_VIEWS: usize = 20;
+pub(crate) const PAN_VIEWS: usize = 20;
 
 fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
     [
@@ -85,7 +85,7 @@ impl Camera {
 
     /// Ray origins and unit directions, each `width·height·3` floats, pixel-major (row `py`,
     /// column `px`, index `py·width + px`).
-    pub fn rays(&self) -> (Vec<f32>, Vec<f32>) {
+    pub(crate) fn rays(&self) -> (Vec<f32>, Vec<f32>) {
         let n = self.width * self.height;
         let frac = |p: usize, res: usize, fov: f32| -> f32 {
             let f = if res > 1 {

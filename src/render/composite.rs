@@ -9,7 +9,7 @@ use candle_core::{Result, Tensor, D};
 use super::samplers::partition;
 
 /// Bin widths `(r, s)` for `ts` (`r·s` sorted-per-ray distances) and per-ray `[t0, t1]`.
-pub fn deltas(ts: &[f32], t0: &[f32], t1: &[f32]) -> Vec<f32> {
+pub(crate) fn deltas(ts: &[f32], t0: &[f32], t1: &[f32]) -> Vec<f32> {
     let s = ts.len() / t0.len().max(1);
     ts.chunks_exact(s.max(1))
         .zip(t0.iter().zip(t1))
@@ -43,7 +43,7 @@ pub fn weights(delta: &Tensor, density: &Tensor) -> Result<(Tensor, Tensor)> {
 
 /// Integrates `density (r, s)` and `rgb (r, s, 3)` over bins of width `delta (r, s)`. Returns
 /// `(colour (r, 3), weights (r, s), transmittance (r))`, before miss handling and background.
-pub fn integrate(
+pub(crate) fn integrate(
     delta: &Tensor,
     density: &Tensor,
     rgb: &Tensor,
@@ -55,7 +55,7 @@ pub fn integrate(
 
 /// Applies the miss mask `hit (r)` (1 for hits, 0 for misses) and the background: returns
 /// `(colour (r, 3), transmittance (r))` with `T = 1`, colour = background for misses.
-pub fn over_background(
+pub(crate) fn over_background(
     colour: &Tensor,
     transmittance: &Tensor,
     hit: &Tensor,

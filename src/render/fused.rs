@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Device, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::autodiff::fastmath::simd_dispatch;
-use crate::autodiff::kernels::Real;
 use crate::autodiff::vjp::attach;
+use crate::kernels::fastmath::simd_dispatch;
+use crate::kernels::{sigmoid, Real};
 use crate::shap_e::fused_mlp::{encode, plain};
 pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 
@@ -34,15 +34,15 @@ pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 /// which rays do. A ray that misses takes no samples: its output is the background with opacity
 /// 0 whatever the field (the composed path multiplies its compositing by a zero hit mask), and
 /// its gradient is zero.
-pub struct Samples<T> {
+pub(crate) struct Samples<T> {
     /// Sample points `(h·s, 3)` of the `h` rays that meet the volume, ray-major.
-    pub points: Vec<T>,
+    pub(crate) points: Vec<T>,
     /// Their bin widths `(h, s)`.
-    pub delta: Vec<T>,
+    pub(crate) delta: Vec<T>,
     /// Per ray `(r)`: whether it meets the volume.
-    pub hit: Vec<bool>,
+    pub(crate) hit: Vec<bool>,
     /// Samples per ray.
-    pub per_ray: usize,
+    pub(crate) per_ray: usize,
 }
 
 impl<T: Real> Samples<T> {
@@ -79,16 +79,10 @@ impl<T: Real> Samples<T> {
     }
 }
 
-/// `1 / (1 + e^{−x})` with the vectorisable `exp` ([`Real::fast_exp`]; libm's in f64). The
-/// composed path's `½(1 + tanh(x/2))` agrees within a few ulps.
-#[inline(always)]
-fn sigmoid<T: Real>(x: T) -> T {
-    T::one() / (T::one() + (-x).fast_exp())
-}
-
 simd_dispatch!(
-    /// Head rows `(n, 4)` → density kept raw, colour channels through [`sigmoid`], in one
-    /// vectorised pass (every value's sigmoid is computed; the density column keeps its input).
+    /// Head rows `(n, 4)` → density kept raw, colour channels through [`sigmoid`] (the composed
+    /// path's `½(1 + tanh(x/2))` agrees within a few ulps), in one vectorised pass (every
+    /// value's sigmoid is computed; the density column keeps its input).
     colours_rows<T: Real>(head: &mut [T]) {
         for (i, v) in head.iter_mut().enumerate() {
             let s = sigmoid(*v);
@@ -138,7 +132,7 @@ fn composite_weights<T: Real>(head: &[T], delta: &[T], w: &mut [T]) {
 const RAYS_PER_TASK: usize = 64;
 
 /// Compositing weights `(r, s)` of `level` (graph-free), for importance sampling.
-pub fn coarse_weights<T: Real>(
+pub(crate) fn coarse_weights<T: Real>(
     mlp: &FusedMlp<T>,
     weights: &[Tensor],
     samples: &Samples<T>,

@@ -10,20 +10,20 @@
 //! without a graph (sample positions are constants, as in the reference); the image is the fine
 //! pass. All random draws are made outside the chunks ([`RayDraws`]) and passed in.
 
-pub mod camera;
-pub mod composite;
-pub mod fused;
-pub mod rays;
-pub mod samplers;
-pub mod sheet;
+pub(crate) mod camera;
+pub(crate) mod composite;
+pub(crate) mod fused;
+pub(crate) mod rays;
+pub(crate) mod samplers;
+pub(crate) mod sheet;
 
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Result, Tensor};
 
 use crate::autodiff::checkpoint;
-use crate::autodiff::kernels::Real;
 use crate::autodiff::rng::Rng;
+use crate::kernels::Real;
 use crate::shap_e::fused_mlp::level_heads;
 use crate::shap_e::nerstf::{self, Level, NerstfMlp};
 use crate::shap_e::Decoder;
@@ -257,7 +257,7 @@ fn render_chunk(
 /// Renders rays `origins`/`dirs` `(r, 3)` through the MLP with latent-derived `weights` (one
 /// `(1, out, in)` tensor per projected layer, see [`Decoder::mlp_weights`]) and injected `draws`.
 /// Returns RGB `(r, 3)` and opacity `(r)`.
-pub fn render_rays(
+pub(crate) fn render_rays(
     decoder: &Decoder,
     weights: &[Tensor],
     origins: &Tensor,
@@ -348,7 +348,7 @@ pub fn render_views_with(
 }
 
 /// [`render_views_with`] with draws from `rng`.
-pub fn render_views(
+pub(crate) fn render_views(
     decoder: &Decoder,
     latent: &Tensor,
     cameras: &[Camera],

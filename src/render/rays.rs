@@ -3,25 +3,30 @@
 //! needs `t0 + 1e-3 < t1`; misses get `[0, 1]`.
 
 /// Shap-E's volume: the cube `[−1, 1]³`.
-pub const BBOX_MIN: [f32; 3] = [-1.0; 3];
+pub(crate) const BBOX_MIN: [f32; 3] = [-1.0; 3];
 /// Upper corner of the volume.
-pub const BBOX_MAX: [f32; 3] = [1.0; 3];
+pub(crate) const BBOX_MAX: [f32; 3] = [1.0; 3];
 /// Shortest `t` interval that counts as a hit.
-pub const MIN_T_RANGE: f32 = 1e-3;
+pub(crate) const MIN_T_RANGE: f32 = 1e-3;
 
 /// Where a ray is inside the volume.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RayRange {
+pub(crate) struct RayRange {
     /// Entry distance (≥ 0); 0 for a miss.
-    pub t0: f32,
+    pub(crate) t0: f32,
     /// Exit distance; 1 for a miss.
-    pub t1: f32,
+    pub(crate) t1: f32,
     /// Whether the ray meets the volume.
-    pub hit: bool,
+    pub(crate) hit: bool,
 }
 
 /// Intersects the ray `origin + t·dir` with the box `[lo, hi]`.
-pub fn intersect_box(origin: [f32; 3], dir: [f32; 3], lo: [f32; 3], hi: [f32; 3]) -> RayRange {
+pub(crate) fn intersect_box(
+    origin: [f32; 3],
+    dir: [f32; 3],
+    lo: [f32; 3],
+    hi: [f32; 3],
+) -> RayRange {
     let mut t0 = f32::NEG_INFINITY;
     let mut t1 = f32::INFINITY;
     for i in 0..3 {
@@ -47,7 +52,7 @@ pub fn intersect_box(origin: [f32; 3], dir: [f32; 3], lo: [f32; 3], hi: [f32; 3]
 }
 
 /// Intersects every ray of `origins`/`dirs` (`n·3` floats each) with Shap-E's volume.
-pub fn intersect_all(origins: &[f32], dirs: &[f32]) -> Vec<RayRange> {
+pub(crate) fn intersect_all(origins: &[f32], dirs: &[f32]) -> Vec<RayRange> {
     origins
         .chunks_exact(3)
         .zip(dirs.chunks_exact(3))

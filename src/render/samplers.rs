@@ -21,7 +21,7 @@ fn unit_linspace(n: usize) -> Vec<f32> {
 
 /// Bin edges around sorted samples `ts` in `[t0, t1]`: midpoints between neighbours, `t0` below
 /// the first and `t1` above the last (diffusers `VolumeRange.partition`).
-pub fn partition(t0: f32, t1: f32, ts: &[f32]) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn partition(t0: f32, t1: f32, ts: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let mids: Vec<f32> = ts.windows(2).map(|w| (w[1] + w[0]) * 0.5).collect();
     let mut lower = vec![t0];
     lower.extend_from_slice(&mids);
@@ -32,7 +32,7 @@ pub fn partition(t0: f32, t1: f32, ts: &[f32]) -> (Vec<f32>, Vec<f32>) {
 
 /// Stratified samples: `n = draws.len()` evenly spaced points on `[t0, t1]`, each moved
 /// uniformly within its bin by `draws[k] ∈ [0, 1)`. Sorted ascending.
-pub fn stratified(t0: f32, t1: f32, draws: &[f32]) -> Vec<f32> {
+pub(crate) fn stratified(t0: f32, t1: f32, draws: &[f32]) -> Vec<f32> {
     let ts: Vec<f32> = unit_linspace(draws.len())
         .into_iter()
         .map(|u| t0 * (1.0 - u) + t1 * u)
@@ -50,7 +50,7 @@ pub fn stratified(t0: f32, t1: f32, draws: &[f32]) -> Vec<f32> {
 /// `[t0, t1]`) define bins ([`partition`]); bin `k` is chosen with probability
 /// `(w_k + 1e-5)/Σ(w + 1e-5)` by inverse CDF of `index_draws` (searchsorted left), and the
 /// sample is placed in the bin by `offset_draws`. Returns the new samples, sorted.
-pub fn importance(
+pub(crate) fn importance(
     t0: f32,
     t1: f32,
     coarse_ts: &[f32],
@@ -83,7 +83,7 @@ pub fn importance(
 }
 
 /// Sorted union of two sample sets.
-pub fn merge(a: &[f32], b: &[f32]) -> Vec<f32> {
+pub(crate) fn merge(a: &[f32], b: &[f32]) -> Vec<f32> {
     let mut out: Vec<f32> = a.iter().chain(b).copied().collect();
     out.sort_by(f32::total_cmp);
     out

@@ -11,7 +11,7 @@ use crate::autodiff::rng::Rng;
 use crate::shap_e::Decoder;
 
 /// Columns of a contact sheet (20 views → 5 × 4).
-pub const SHEET_COLUMNS: usize = 5;
+pub(crate) const SHEET_COLUMNS: usize = 5;
 
 /// Samples for preview sheets: 32 stratified samples per ray and no importance pass. A sheet of
 /// 20 small tiles is a glance at the field, not the guidance image; the 32 + 32 samples it used

@@ -21,7 +21,7 @@ pub use crate::autodiff::ops::Activation;
 
 /// A normalisation named in a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-pub enum NormType {
+pub(crate) enum NormType {
     /// `"layer"`: LayerNorm with affine weight and bias, eps 1e-5.
     #[serde(rename = "layer")]
     Layer,
@@ -34,52 +34,52 @@ pub enum NormType {
 pub struct PriorConfig {
     /// The class that wrote the file; must be `PriorTransformer` when present.
     #[serde(rename = "_class_name", default)]
-    pub class_name: Option<String>,
+    pub(crate) class_name: Option<String>,
     /// Attention heads per block.
     #[serde(default = "d32")]
-    pub num_attention_heads: usize,
+    pub(crate) num_attention_heads: usize,
     /// Channels per head; the transformer width is `heads × head_dim` ([`Self::inner_dim`]).
     #[serde(default = "d64")]
-    pub attention_head_dim: usize,
+    pub(crate) attention_head_dim: usize,
     /// Number of transformer blocks.
     #[serde(default = "d20")]
-    pub num_layers: usize,
+    pub(crate) num_layers: usize,
     /// Channels per latent token (`d_latent` of the renderer).
     #[serde(default = "d768")]
-    pub embedding_dim: usize,
+    pub(crate) embedding_dim: usize,
     /// Latent tokens (rows of the latent).
     #[serde(default = "d77")]
-    pub num_embeddings: usize,
+    pub(crate) num_embeddings: usize,
     /// Extra positional rows beyond the latent tokens (0 for Shap-E).
     #[serde(default = "d4")]
-    pub additional_embeddings: usize,
+    pub(crate) additional_embeddings: usize,
     /// Dropout (inference ignores it).
     #[serde(default)]
-    pub dropout: f64,
+    pub(crate) dropout: f64,
     /// Activation of the timestep MLP.
     #[serde(default = "silu")]
-    pub time_embed_act_fn: Activation,
+    pub(crate) time_embed_act_fn: Activation,
     /// Norm on the token sequence before the blocks (`"layer"` for Shap-E).
     #[serde(default)]
-    pub norm_in_type: Option<NormType>,
+    pub(crate) norm_in_type: Option<NormType>,
     /// Norm on the conditioning vector before `embedding_proj` (`"layer"` for the image prior).
     #[serde(default)]
-    pub embedding_proj_norm_type: Option<NormType>,
+    pub(crate) embedding_proj_norm_type: Option<NormType>,
     /// Projection of per-token encoder states; Shap-E: null (the only supported value).
     #[serde(default = "linear_str")]
-    pub encoder_hid_proj_type: Option<String>,
+    pub(crate) encoder_hid_proj_type: Option<String>,
     /// Learned extra token; Shap-E: null (the only supported value).
     #[serde(default = "prd_str")]
-    pub added_emb_type: Option<String>,
+    pub(crate) added_emb_type: Option<String>,
     /// Hidden width of the timestep MLP; defaults to the inner dim.
     #[serde(default)]
-    pub time_embed_dim: Option<usize>,
+    pub(crate) time_embed_dim: Option<usize>,
     /// Width of the conditioning vector; defaults to `embedding_dim`.
     #[serde(default)]
-    pub embedding_proj_dim: Option<usize>,
+    pub(crate) embedding_proj_dim: Option<usize>,
     /// Output channels per token (x0 and variance halves); defaults to `embedding_dim`.
     #[serde(default)]
-    pub clip_embed_dim: Option<usize>,
+    pub(crate) clip_embed_dim: Option<usize>,
 }
 
 fn d4() -> usize {
@@ -112,28 +112,28 @@ fn prd_str() -> Option<String> {
 
 impl PriorConfig {
     /// Transformer width `heads × head_dim`.
-    pub fn inner_dim(&self) -> usize {
+    pub(crate) fn inner_dim(&self) -> usize {
         self.num_attention_heads * self.attention_head_dim
     }
     /// Hidden width of the timestep MLP.
-    pub fn time_embed_dim(&self) -> usize {
+    pub(crate) fn time_embed_dim(&self) -> usize {
         self.time_embed_dim.unwrap_or(self.inner_dim())
     }
     /// Width of the conditioning vector (`proj_embedding`).
-    pub fn embedding_proj_dim(&self) -> usize {
+    pub(crate) fn embedding_proj_dim(&self) -> usize {
         self.embedding_proj_dim.unwrap_or(self.embedding_dim)
     }
     /// Output channels per token.
-    pub fn clip_embed_dim(&self) -> usize {
+    pub(crate) fn clip_embed_dim(&self) -> usize {
         self.clip_embed_dim.unwrap_or(self.embedding_dim)
     }
     /// Rows of `positional_embedding`.
-    pub fn positional_rows(&self) -> usize {
+    pub(crate) fn positional_rows(&self) -> usize {
         self.num_embeddings + self.additional_embeddings
     }
 
     /// Rejects values this port does not implement, naming the field and the accepted values.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if let Some(v) = &self.encoder_hid_proj_type {
             return Err(format!(
                 "encoder_hid_proj_type \"{v}\" is not supported (Shap-E uses null)"
@@ -177,7 +177,7 @@ pub fn read_config<T: DeserializeOwned + ClassChecked>(path: &Path) -> Result<T,
 }
 
 /// Parses config JSON text (`path` names it in errors).
-pub fn parse_config<T: DeserializeOwned + ClassChecked>(
+pub(crate) fn parse_config<T: DeserializeOwned + ClassChecked>(
     text: &str,
     path: &Path,
 ) -> Result<T, LoadError> {

@@ -80,7 +80,7 @@ impl Decoder {
     }
 
     /// Reshapes a flat `(B, rows·d)` latent to `(B, rows, d)`; passes `(B, rows, d)` through.
-    pub fn as_rows(&self, latent: &Tensor) -> Result<Tensor> {
+    pub(crate) fn as_rows(&self, latent: &Tensor) -> Result<Tensor> {
         match latent.rank() {
             3 => Ok(latent.clone()),
             2 => latent.reshape((latent.dim(0)?, self.cfg.latent_rows(), self.cfg.d_latent)),

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use super::config::POSENC_DIM;
 use super::nerstf::{posenc_into, Level, NerstfMlp};
-use crate::autodiff::kernels::{self, Mat, Real};
+use crate::kernels::{self, Mat, Real};
 
 /// Output channels: signed distance, density (coarse, fine), STF RGB, NeRF RGB (coarse, fine).
 const SDF: usize = 0;
@@ -40,7 +40,7 @@ pub struct FusedMlp<T> {
 }
 
 /// Output channels read by the NeRF pass of `level`: density, then the three colour channels.
-pub fn level_heads(level: Level) -> [usize; 4] {
+pub(crate) fn level_heads(level: Level) -> [usize; 4] {
     match level {
         Level::Coarse => [1, 6, 7, 8],
         Level::Fine => [2, 9, 10, 11],
@@ -48,10 +48,10 @@ pub fn level_heads(level: Level) -> [usize; 4] {
 }
 
 /// Output channels of the mesh field: signed distance, then the three STF colour channels.
-pub const FIELD_HEADS: [usize; 4] = [SDF, STF_RGB, STF_RGB + 1, STF_RGB + 2];
+pub(crate) const FIELD_HEADS: [usize; 4] = [SDF, STF_RGB, STF_RGB + 1, STF_RGB + 2];
 
 /// A tensor's elements as a flat vector of `T` (detached).
-pub fn plain<T: Real>(t: &Tensor) -> Result<Vec<T>> {
+pub(crate) fn plain<T: Real>(t: &Tensor) -> Result<Vec<T>> {
     t.detach().flatten_all()?.to_vec1::<T>()
 }
 
@@ -73,7 +73,7 @@ impl<T: Real> FusedMlp<T> {
     /// The plain form of `mlp` reading the output rows `heads`, or `None` when the fused MLP does
     /// not apply (a static tensor tracks a gradient, the dtype is not `T`, the device is not the
     /// CPU, the direction features enter a projected layer, or a head is out of range).
-    pub fn of(mlp: &NerstfMlp, heads: &[usize], device: &Device) -> Result<Option<Self>> {
+    pub(crate) fn of(mlp: &NerstfMlp, heads: &[usize], device: &Device) -> Result<Option<Self>> {
         if !device.is_cpu() || mlp.dtype() != T::DTYPE || mlp.weight_dtype() != T::DTYPE {
             return Ok(None);
         }
@@ -137,7 +137,7 @@ impl<T: Real> FusedMlp<T> {
     }
 
     /// The projected weights (one `(1, out, in)` per projected layer) as plain arrays.
-    pub fn projected(&self, weights: &[Tensor]) -> Result<Vec<Vec<T>>> {
+    pub(crate) fn projected(&self, weights: &[Tensor]) -> Result<Vec<Vec<T>>> {
         if weights.len() != self.n_projected {
             candle_core::bail!(
                 "the MLP needs {} projected weights, got {}",
@@ -219,7 +219,7 @@ impl<T: Real> FusedMlp<T> {
     /// Gradients of the projected weights (flat `(out, in)`, `None` where `needs` is false) from
     /// the head gradient `g (n, heads)`; `h0` and `pre` as the forward saw and kept them. Static
     /// weights and all biases are frozen: no gradient is computed for them.
-    pub fn backward(
+    pub(crate) fn backward(
         &self,
         proj: &[Vec<T>],
         h0: &[T],
@@ -292,7 +292,7 @@ impl<T: Real> FusedMlp<T> {
     /// The head `(n, heads)` (raw) at flat points `(n·3)`, forward only: blocks of
     /// points run in parallel, each encoded and passed through every layer on one thread with
     /// its buffers reused, so the activations stay in cache and no step waits for the others.
-    pub fn infer(&self, proj: &[Vec<T>], points: &[T]) -> Vec<T> {
+    pub(crate) fn infer(&self, proj: &[Vec<T>], points: &[T]) -> Vec<T> {
         let n = points.len() / 3;
         let width = self.heads.len();
         let last = self.layers.len() - 1;
@@ -390,7 +390,7 @@ pub enum Fused {
 
 impl Fused {
     /// See [`FusedMlp::of`].
-    pub fn of(mlp: &NerstfMlp, heads: &[usize], device: &Device) -> Result<Option<Self>> {
+    pub(crate) fn of(mlp: &NerstfMlp, heads: &[usize], device: &Device) -> Result<Option<Self>> {
         use std::sync::Arc;
         Ok(match mlp.dtype() {
             DType::F32 => FusedMlp::of(mlp, heads, device)?.map(|m| Fused::F32(Arc::new(m))),

@@ -10,7 +10,7 @@ use super::error::LoadError;
 use crate::atomic::write_atomic;
 
 /// The tensor name inside a latent file.
-pub const LATENT_KEY: &str = "latent";
+pub(crate) const LATENT_KEY: &str = "latent";
 
 /// Saves `latent` (any shape; stored as f32) to `path` as safetensors, atomically.
 pub fn save_latent(path: &Path, latent: &Tensor) -> Result<(), LoadError> {

@@ -22,7 +22,7 @@ pub const SAMPLING_FILE: &str = "sampling.json";
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize)]
 pub struct SamplingDefaults {
     /// Classifier-free guidance scale.
-    pub guidance_scale: f32,
+    pub(crate) guidance_scale: f32,
 }
 
 impl Default for SamplingDefaults {
@@ -35,7 +35,7 @@ impl Default for SamplingDefaults {
 
 impl SamplingDefaults {
     /// Reads `root/sampling.json`; `None` when the file is absent.
-    pub fn read(root: &Path) -> std::result::Result<Option<Self>, LoadError> {
+    pub(crate) fn read(root: &Path) -> std::result::Result<Option<Self>, LoadError> {
         let path = root.join(SAMPLING_FILE);
         if !path.is_file() {
             return Ok(None);
@@ -54,13 +54,13 @@ impl SamplingDefaults {
 #[derive(Debug, Clone)]
 pub struct ShapE {
     /// The latent prior.
-    pub prior: PriorTransformer,
+    pub(crate) prior: PriorTransformer,
     /// The sampler's schedule.
-    pub scheduler: SchedulerConfig,
+    pub(crate) scheduler: SchedulerConfig,
     /// The latent decoder.
     pub decoder: Decoder,
     /// Recommended sampling settings.
-    pub sampling: SamplingDefaults,
+    pub(crate) sampling: SamplingDefaults,
 }
 
 impl ShapE {

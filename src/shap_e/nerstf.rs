@@ -13,9 +13,9 @@ use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
 use super::config::{RendererConfig, DIRENC_DIM, POSENC_DIM};
-use crate::autodiff::kernels::Real;
 use crate::autodiff::nn;
 use crate::autodiff::ops;
+use crate::kernels::Real;
 
 /// Octaves of the position encoding.
 const POS_OCTAVES: usize = 15;
@@ -27,7 +27,7 @@ const POS_OCTAVES: usize = 15;
 /// f32 CPU input without a gradient graph takes [`posenc_f32`]: one pass, parallel
 /// over points, no intermediate tensors, vectorised `sin`; it equals the tensor-op formulation
 /// ([`posenc_ops`], the path for other dtypes, devices and tracked inputs) to within one ulp.
-pub fn posenc(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn posenc(x: &Tensor) -> Result<Tensor> {
     let c = x.dim(D::Minus1)?;
     if c != 3 {
         candle_core::bail!("posenc takes points (…, 3), got {:?}", x.shape());
@@ -49,7 +49,7 @@ const _: () = assert!(POSENC_DIM == 3 + 2 * 3 * POS_OCTAVES);
 
 /// [`posenc`] of flat `(n·3)` f32 points → flat `(n·93)`, in parallel over blocks of points
 /// (see [`posenc_into`]).
-pub fn posenc_f32(xs: &[f32]) -> Vec<f32> {
+pub(crate) fn posenc_f32(xs: &[f32]) -> Vec<f32> {
     use rayon::prelude::*;
     let mut out = vec![0f32; xs.len() / 3 * POSENC_DIM];
     out.par_chunks_mut(POSENC_CHUNK * POSENC_DIM)
@@ -64,7 +64,7 @@ pub fn posenc_f32(xs: &[f32]) -> Vec<f32> {
 /// scalar with `as` and computes `v·1 + add`, `·1` being exact). The sines are
 /// [`Real::sin_in_place`] (in f32 vectorised, within one ulp of libm's `sinf`, which candle
 /// uses; in f64 libm's `sin`, as candle).
-pub fn posenc_into<T: Real>(xs: &[T], out: &mut [T]) {
+pub(crate) fn posenc_into<T: Real>(xs: &[T], out: &mut [T]) {
     const HALF: usize = 3 * POS_OCTAVES;
     let half_pi = T::from_f64(std::f64::consts::FRAC_PI_2);
     let n = xs.len() / 3;
@@ -105,7 +105,7 @@ fn posenc_ops(x: &Tensor) -> Result<Tensor> {
 
 /// Which NeRF pass reads the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
+pub(crate) enum Level {
     /// Coarse pass: channels 1 and 6..9.
     Coarse,
     /// Fine pass: channels 2 and 9..12.
@@ -113,12 +113,12 @@ pub enum Level {
 }
 
 /// Differentiable, overflow-free sigmoid: `½(1 + tanh(x/2))`.
-pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn sigmoid(x: &Tensor) -> Result<Tensor> {
     ((x * 0.5)?.tanh()? + 1.0)? * 0.5
 }
 
 /// Density `relu(raw[…, 1 or 2])` → `(…)`.
-pub fn density(raw: &Tensor, level: Level) -> Result<Tensor> {
+pub(crate) fn density(raw: &Tensor, level: Level) -> Result<Tensor> {
     let c = match level {
         Level::Coarse => 1,
         Level::Fine => 2,
@@ -127,7 +127,7 @@ pub fn density(raw: &Tensor, level: Level) -> Result<Tensor> {
 }
 
 /// NeRF colour `sigmoid(raw[…, 6..9 or 9..12])` → `(…, 3)`.
-pub fn nerf_rgb(raw: &Tensor, level: Level) -> Result<Tensor> {
+pub(crate) fn nerf_rgb(raw: &Tensor, level: Level) -> Result<Tensor> {
     let c = match level {
         Level::Coarse => 6,
         Level::Fine => 9,
@@ -136,12 +136,12 @@ pub fn nerf_rgb(raw: &Tensor, level: Level) -> Result<Tensor> {
 }
 
 /// Signed distance `tanh(raw[…, 0])` → `(…)`; positive inside.
-pub fn sdf(raw: &Tensor) -> Result<Tensor> {
+pub(crate) fn sdf(raw: &Tensor) -> Result<Tensor> {
     raw.narrow(D::Minus1, 0, 1)?.squeeze(D::Minus1)?.tanh()
 }
 
 /// STF (mesh) colour `sigmoid(raw[…, 3..6])` → `(…, 3)`.
-pub fn stf_rgb(raw: &Tensor) -> Result<Tensor> {
+pub(crate) fn stf_rgb(raw: &Tensor) -> Result<Tensor> {
     sigmoid(&raw.narrow(D::Minus1, 3, 3)?)
 }
 
@@ -193,18 +193,18 @@ impl NerstfMlp {
     }
 
     /// Number of leading layers whose weights come from the latent.
-    pub fn n_projected(&self) -> usize {
+    pub(crate) fn n_projected(&self) -> usize {
         self.n_projected
     }
 
     /// The layer whose input would take the (always zero) direction features.
-    pub fn insert_direction_at(&self) -> Option<usize> {
+    pub(crate) fn insert_direction_at(&self) -> Option<usize> {
         self.insert_direction_at
     }
 
     /// Every layer's static weight `(out, in)` (the direction columns dropped; `None` for the
     /// projected layers) and bias, as stored (they track gradients when they are trained).
-    pub fn layers(&self) -> Result<Vec<(Option<Tensor>, Tensor)>> {
+    pub(crate) fn layers(&self) -> Result<Vec<(Option<Tensor>, Tensor)>> {
         self.mlp
             .iter()
             .enumerate()

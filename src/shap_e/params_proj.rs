@@ -58,7 +58,7 @@ impl ChannelsProj {
 
 /// `params_proj`: all projections, consuming consecutive latent rows in config order.
 #[derive(Debug, Clone)]
-pub struct ParamsProj {
+pub(crate) struct ParamsProj {
     projections: Vec<ChannelsProj>,
     d_latent: usize,
 }

@@ -18,9 +18,9 @@ use crate::mesh::Mesh;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EvalOptions {
     /// Voxels per axis over the mesh's bounding box.
-    pub resolution: usize,
+    pub(crate) resolution: usize,
     /// Yaws tried over one symmetry period, for shapes not symmetric about +Z.
-    pub yaw_steps: usize,
+    pub(crate) yaw_steps: usize,
 }
 
 impl Default for EvalOptions {
@@ -40,7 +40,7 @@ pub struct ShapeScore {
     /// Best volumetric IoU over the yaw sweep, in [0, 1].
     pub iou: f32,
     /// The yaw (radians) that achieved it.
-    pub yaw: f32,
+    pub(crate) yaw: f32,
 }
 
 /// The verdict on one mesh.
@@ -55,13 +55,13 @@ pub struct Classification {
     /// The nearest colour name.
     pub colour: Colour,
     /// ΔE*76 from the mean colour to that colour's canonical value.
-    pub colour_distance: f32,
+    pub(crate) colour_distance: f32,
     /// Area-weighted mean vertex colour, linear RGB.
-    pub mean_colour: [f32; 3],
+    pub(crate) mean_colour: [f32; 3],
     /// Connected components of the mesh (1 for every toy object).
-    pub components: usize,
+    pub(crate) components: usize,
     /// Euler characteristic V − E + F (2 for a sphere-like piece, 0 for the torus).
-    pub euler: i64,
+    pub(crate) euler: i64,
 }
 
 /// Why a mesh cannot be judged.
@@ -120,7 +120,7 @@ pub fn classify_with(mesh: &Mesh, opts: &EvalOptions) -> Result<Classification, 
 }
 
 /// Best IoU of `mesh` against every [`Shape`], best first (see the module docs).
-pub fn shape_scores(mesh: &Mesh, opts: &EvalOptions) -> Result<Vec<ShapeScore>, EvalError> {
+pub(crate) fn shape_scores(mesh: &Mesh, opts: &EvalOptions) -> Result<Vec<ShapeScore>, EvalError> {
     check(mesh)?;
     let n = opts.resolution.clamp(8, 256);
     let (lo, hi) = mesh.bounds();
@@ -191,7 +191,7 @@ pub fn shape_scores(mesh: &Mesh, opts: &EvalOptions) -> Result<Vec<ShapeScore>, 
 }
 
 /// Mean vertex colour (linear RGB), each vertex weighted by a third of the area of its faces.
-pub fn mean_colour(mesh: &Mesh) -> Result<[f32; 3], EvalError> {
+pub(crate) fn mean_colour(mesh: &Mesh) -> Result<[f32; 3], EvalError> {
     check(mesh)?;
     let mut weight = vec![0.0f64; mesh.positions.len()];
     for face in &mesh.faces {
@@ -224,7 +224,7 @@ pub fn mean_colour(mesh: &Mesh) -> Result<[f32; 3], EvalError> {
 }
 
 /// The colour name nearest to a linear RGB colour in CIE Lab, with the ΔE*76 distance.
-pub fn nearest_colour(linear: [f32; 3]) -> (Colour, f32) {
+pub(crate) fn nearest_colour(linear: [f32; 3]) -> (Colour, f32) {
     let lab = linear_to_lab(linear);
     Colour::ALL
         .into_iter()
@@ -243,7 +243,7 @@ pub fn nearest_colour(linear: [f32; 3]) -> (Colour, f32) {
 }
 
 /// Linear sRGB (D65) to CIE L*a*b*.
-pub fn linear_to_lab(rgb: [f32; 3]) -> [f32; 3] {
+pub(crate) fn linear_to_lab(rgb: [f32; 3]) -> [f32; 3] {
     let [r, g, b] = rgb.map(|c| c.clamp(0.0, 1.0));
     let xyz = [
         0.412_456_4 * r + 0.357_576_1 * g + 0.180_437_5 * b,

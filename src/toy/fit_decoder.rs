@@ -20,31 +20,31 @@ use crate::shap_e::{Decoder, RendererConfig};
 
 /// Settings of the fit.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct FitSettings {
+pub(crate) struct FitSettings {
     /// Adam steps.
-    pub steps: usize,
+    pub(crate) steps: usize,
     /// Random points per object and step.
-    pub points: usize,
+    pub(crate) points: usize,
     /// Learning rate.
-    pub lr: f64,
+    pub(crate) lr: f64,
     /// Sharpness `k` of the SDF and occupancy targets.
-    pub sharpness: f32,
+    pub(crate) sharpness: f32,
     /// Density of a solid interior, `D`.
-    pub density: f32,
+    pub(crate) density: f32,
     /// Root-mean-square of every latent row, restored after each step ([`normalize_rows`]).
-    pub latent_rms: f64,
+    pub(crate) latent_rms: f64,
     /// Seed of the initial weights, latents and points.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Latent-only refits (decoder frozen) of objects whose fit collapsed ([`collapsed`]), at most.
     #[serde(default)]
-    pub restarts: usize,
+    pub(crate) restarts: usize,
     /// Adam steps of each refit.
     #[serde(default)]
-    pub restart_steps: usize,
+    pub(crate) restart_steps: usize,
     /// Factorized latents: each object's latent is one code per shape plus one per colour
     /// (rows renormalised), instead of a free code per object ([`Codes`]).
     #[serde(default)]
-    pub factorized: bool,
+    pub(crate) factorized: bool,
 }
 
 impl Default for FitSettings {
@@ -159,19 +159,19 @@ impl Codes {
 /// The fitted decoder (as trainable variables), one latent per object, and the loss per step.
 pub struct DecoderFit {
     /// The decoder's parameters by checkpoint key.
-    pub varmap: VarMap,
+    pub(crate) varmap: VarMap,
     /// The decoder built on those parameters.
     pub decoder: Decoder,
     /// Latents `(objects, rows, d_latent)` in [−1, 1].
-    pub latents: Var,
+    pub(crate) latents: Var,
     /// Loss per step (the joint fit, then each refit's steps).
-    pub losses: Vec<f32>,
+    pub(crate) losses: Vec<f32>,
     /// For each refit round, the indices of the objects refitted.
-    pub refits: Vec<Vec<usize>>,
+    pub(crate) refits: Vec<Vec<usize>>,
 }
 
 /// Fits a decoder of `cfg` and one latent per object of `objects`.
-pub fn fit_decoder(
+pub(crate) fn fit_decoder(
     cfg: &RendererConfig,
     objects: &[WorldObject],
     s: &FitSettings,
@@ -272,7 +272,7 @@ fn fit_loss(
 /// Indices of the objects whose decoded field misses most of the object: fewer than half of the
 /// random points inside the target are inside the decoded field (a latent stuck in a region where
 /// the field is empty everywhere, as the first fits of the yellow cone and cylinder were).
-pub fn collapsed(
+pub(crate) fn collapsed(
     decoder: &Decoder,
     latents: &Tensor,
     objects: &[WorldObject],
@@ -353,7 +353,7 @@ fn refit_latents(
 /// layer-normalised, so a row's scale cancels up to the norm's ε), but diffusion does: the prior's
 /// noise schedule assumes latents of order one, and rows of RMS 0.1 would drown at almost every
 /// timestep, so the fit keeps the rows at a fixed, sizeable RMS.
-pub fn normalize_rows(latents: &Tensor, rms: f64) -> Result<Tensor> {
+pub(crate) fn normalize_rows(latents: &Tensor, rms: f64) -> Result<Tensor> {
     let norm = latents
         .sqr()?
         .mean_keepdim(candle_core::D::Minus1)?

@@ -14,17 +14,17 @@
 //! * [`accuracy`]: `clipsculpt eval`, accuracy per guidance mode over prompts and seeds;
 //! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`.
 
-pub mod accuracy;
+pub(crate) mod accuracy;
 pub mod caption;
-pub mod eval;
+pub(crate) mod eval;
 pub mod fit_decoder;
 pub mod random;
 pub mod render;
-pub mod report;
-pub mod tokenizer;
-pub mod train;
-pub mod train_clip;
-pub mod train_prior;
+pub(crate) mod report;
+pub(crate) mod tokenizer;
+pub(crate) mod train;
+pub(crate) mod train_clip;
+pub(crate) mod train_prior;
 mod voxel;
 pub mod world;
 
@@ -35,5 +35,5 @@ pub use report::{
     wilson, Attribution, EvalRecord, EvalTable, ModeSummary, Share, SplitSummary, UnknownPrompt,
     Verdict,
 };
-pub use tokenizer::toy_tokenizer_json;
+pub(crate) use tokenizer::toy_tokenizer_json;
 pub use world::{is_held_out, Colour, Shape, Variation, WorldObject, HELD_OUT, SHAPE_ALIASES};

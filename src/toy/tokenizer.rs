@@ -16,7 +16,7 @@ use super::caption::all_captions;
 use crate::clip::tokenizer::{BOS, CLIP_SPLIT, END_OF_WORD, EOS};
 
 /// The toy tokenizer as `tokenizer.json` text (deterministic: the same bytes on every run).
-pub fn toy_tokenizer_json() -> String {
+pub(crate) fn toy_tokenizer_json() -> String {
     let words = word_counts(&all_captions());
     let merges = train_bpe(&words);
     let mut vocab: Vec<String> = byte_symbols().into_iter().map(String::from).collect();
@@ -63,7 +63,7 @@ pub fn toy_tokenizer_json() -> String {
 
 /// Pieces of lowercase ASCII text as CLIP's regex splits them: letter runs, single digits, runs of other
 /// non-space characters (enough for the toy captions, which are ASCII).
-pub fn pre_tokenize(text: &str) -> Vec<String> {
+pub(crate) fn pre_tokenize(text: &str) -> Vec<String> {
     #[derive(PartialEq, Clone, Copy)]
     enum Class {
         Letter,

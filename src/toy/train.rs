@@ -35,7 +35,7 @@ use crate::shap_e::{
 };
 
 /// Sizes of the embedded default.
-pub const TOY_SIZES: ShapESizes = ShapESizes {
+pub(crate) const TOY_SIZES: ShapESizes = ShapESizes {
     d_hidden: 16,
     d_latent: 32,
     prior_layers: 2,
@@ -43,18 +43,18 @@ pub const TOY_SIZES: ShapESizes = ShapESizes {
     text_width: TOY_CLIP_WIDTH,
 };
 /// Width of the toy CLIP (both towers and the projection; 2 text layers, as the prior's text encoder).
-pub const TOY_CLIP_WIDTH: usize = 64;
+pub(crate) const TOY_CLIP_WIDTH: usize = 64;
 /// Layers of the toy CLIP's vision tower.
-pub const TOY_VISION_LAYERS: usize = 4;
+pub(crate) const TOY_VISION_LAYERS: usize = 4;
 /// Input side of the toy CLIP's vision tower.
-pub const TOY_IMAGE_SIZE: usize = 32;
+pub(crate) const TOY_IMAGE_SIZE: usize = 32;
 /// Patch side of the toy CLIP's vision tower.
-pub const TOY_PATCH: usize = 4;
+pub(crate) const TOY_PATCH: usize = 4;
 
 /// The toy CLIP's `config.json` for training settings `s`: width [`TOY_CLIP_WIDTH`] (both
 /// towers), 2 text layers, [`TOY_VISION_LAYERS`] vision layers, input side `s.render_size`,
 /// patch `s.patch`.
-pub fn toy_clip_json(s: &ClipTrainSettings) -> serde_json::Value {
+pub(crate) fn toy_clip_json(s: &ClipTrainSettings) -> serde_json::Value {
     let mut json = toy_clip_config(TOY_CLIP_WIDTH, 2, s.render_size, s.patch);
     json["vision_config"]["num_hidden_layers"] = json!(TOY_VISION_LAYERS);
     json
@@ -63,7 +63,7 @@ pub fn toy_clip_json(s: &ClipTrainSettings) -> serde_json::Value {
 /// The training log (not checksummed: it holds timings).
 pub const LOG_FILE: &str = "train_log.json";
 /// The fitted latents `(combos, rows, d_latent)`, in the order of the settings' `combos`.
-pub const LATENTS_FILE: &str = "latents.safetensors";
+pub(crate) const LATENTS_FILE: &str = "latents.safetensors";
 
 /// The caption of every combination, one per line, beside the scoring CLIP's weights: for
 /// experiments only (`--negatives clip/caption-grid.txt`); guidance does not read it by default,
@@ -72,41 +72,41 @@ pub const CAPTION_GRID_FILE: &str = "caption-grid.txt";
 
 /// Everything `train-toy` does, from one seed.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ToyTrainSettings {
+pub(crate) struct ToyTrainSettings {
     /// Root seed; every stage derives its own.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// The combinations to train on (all of them, or a subset for `--quick`).
-    pub combos: Vec<(Shape, Colour)>,
+    pub(crate) combos: Vec<(Shape, Colour)>,
     /// Decoder fit.
-    pub decoder: FitSettings,
+    pub(crate) decoder: FitSettings,
     /// Contrastive training of the conditioning CLIP, whose text tower is the prior's
     /// `text_encoder/` (and which scores guidance too when `scorer` is `None`).
-    pub clip: ClipTrainSettings,
+    pub(crate) clip: ClipTrainSettings,
     /// A separate scoring CLIP for guidance (`clip/`), trained by the same recipe with its own
     /// settings after the prior; `None`: the conditioning CLIP is the scorer. As with real weights,
     /// the prior's text encoder and the scorer are then different models.
-    pub scorer: Option<ClipTrainSettings>,
+    pub(crate) scorer: Option<ClipTrainSettings>,
     /// Prior diffusion training.
-    pub prior: PriorTrainSettings,
+    pub(crate) prior: PriorTrainSettings,
     /// Recommended sampling settings written to `shap_e/sampling.json`.
-    pub sampling: SamplingDefaults,
+    pub(crate) sampling: SamplingDefaults,
     /// Keep the CLIP already in the output folder (and its logged losses) instead of training it
     /// again: the CLIP stage depends only on its own settings and seed, not on the decoder, so
     /// this only saves its time when the decoder or prior stages change.
-    pub reuse_clip: bool,
+    pub(crate) reuse_clip: bool,
     /// Train only the scoring CLIP into an existing world in the output folder, keeping its
     /// decoder, latents, text encoder and prior (and their logged curves).
-    pub only_scorer: bool,
+    pub(crate) only_scorer: bool,
     /// The combinations the prior does not train on (written to `shap_e/held_out.txt`).
-    pub held_out: Vec<(Shape, Colour)>,
+    pub(crate) held_out: Vec<(Shape, Colour)>,
     /// Train only the prior into an existing world in the output folder (for another held-out
     /// split), keeping its decoder, latents and CLIPs.
-    pub only_prior: bool,
+    pub(crate) only_prior: bool,
 }
 
 impl ToyTrainSettings {
     /// The settings of the committed embedded default.
-    pub fn full(seed: u64) -> Self {
+    pub(crate) fn full(seed: u64) -> Self {
         Self {
             seed,
             combos: combinations(),
@@ -155,7 +155,7 @@ impl ToyTrainSettings {
 
     /// A few combinations (one of them held out) and a few steps of each stage: checks the
     /// whole command in seconds.
-    pub fn quick(seed: u64) -> Self {
+    pub(crate) fn quick(seed: u64) -> Self {
         let mut s = Self::full(seed);
         s.combos = vec![
             (Shape::Sphere, Colour::Red),
@@ -177,7 +177,7 @@ impl ToyTrainSettings {
     /// renders, with the patch scaled to keep its token count and a pool of twice as many views
     /// per combination (the conditioning CLIP's 32 views let it tell shapes apart on only ~72 %
     /// of its validation views) (`train-toy --scorer-size`).
-    pub fn with_scorer(mut self, side: usize) -> Self {
+    pub(crate) fn with_scorer(mut self, side: usize) -> Self {
         let scale = (side / self.clip.render_size).max(1);
         self.scorer = Some(ClipTrainSettings {
             render_size: side,
@@ -192,29 +192,29 @@ impl ToyTrainSettings {
 
 /// What a training run measured (also written to [`LOG_FILE`]).
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct TrainLog {
+pub(crate) struct TrainLog {
     /// The settings.
-    pub settings: ToyTrainSettings,
+    pub(crate) settings: ToyTrainSettings,
     /// Decoder fit loss per step (joint fit, then the refits of collapsed latents).
-    pub decoder_loss: Vec<f32>,
+    pub(crate) decoder_loss: Vec<f32>,
     /// Indices (into the settings' `combos`) refitted in each refit round.
-    pub decoder_refits: Vec<Vec<usize>>,
+    pub(crate) decoder_refits: Vec<Vec<usize>>,
     /// Conditioning CLIP loss per step.
-    pub clip_loss: Vec<f32>,
+    pub(crate) clip_loss: Vec<f32>,
     /// `(step, accuracy)` of the conditioning CLIP on its validation views.
-    pub clip_accuracy: Vec<(usize, f32)>,
+    pub(crate) clip_accuracy: Vec<(usize, f32)>,
     /// Prior loss per step.
-    pub prior_loss: Vec<f32>,
+    pub(crate) prior_loss: Vec<f32>,
     /// Scoring CLIP loss per step (empty without a separate scorer).
-    pub scorer_loss: Vec<f32>,
+    pub(crate) scorer_loss: Vec<f32>,
     /// `(step, accuracy)` of the scoring CLIP on its validation views.
-    pub scorer_accuracy: Vec<(usize, f32)>,
+    pub(crate) scorer_accuracy: Vec<(usize, f32)>,
     /// Seconds per stage: decoder, conditioning CLIP, prior, scoring CLIP.
-    pub seconds: [f64; 4],
+    pub(crate) seconds: [f64; 4],
 }
 
 /// Progress of a run.
-pub enum TrainProgress {
+pub(crate) enum TrainProgress {
     /// A stage starts, with its step count.
     Stage(&'static str, usize),
     /// A step finished with this loss.
@@ -331,7 +331,7 @@ fn toy_tokenizer() -> Result<ClipTokenizer> {
 }
 
 /// Trains the toy world with `s` and writes it to `out` (created; existing model files replaced).
-pub fn train_toy(
+pub(crate) fn train_toy(
     out: &Path,
     s: &ToyTrainSettings,
     dev: &Device,
@@ -724,7 +724,7 @@ fn finish(out: &Path, s: &ToyTrainSettings, log: &TrainLog, earlier: Option<&str
 
 /// FNV-1a 64-bit checksums of every file under `root` except the manifest and the training log
 /// (it holds timings), by relative path.
-pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, String>> {
+pub(crate) fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, String>> {
     let mut out = std::collections::BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {

@@ -7,7 +7,7 @@
 //! CLIP's learned temperature. One image per combination means a batch never holds a false
 //! negative. A fixed validation set of views reports image → caption top-1 accuracy.
 
-use candle_core::{DType, Device, Result, Tensor, Var, D};
+use candle_core::{DType, Device, Result, Tensor, D};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
 use super::caption::{caption, captions};
@@ -21,36 +21,36 @@ use crate::guide::schedule::LrSchedule;
 
 /// Settings of the contrastive training.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct ClipTrainSettings {
+pub(crate) struct ClipTrainSettings {
     /// Adam steps.
-    pub steps: usize,
+    pub(crate) steps: usize,
     /// Peak learning rate (linear warm-up over a tenth of the steps, cosine decay).
-    pub lr: f64,
+    pub(crate) lr: f64,
     /// Rendered views per combination in the training pool.
-    pub views: usize,
+    pub(crate) views: usize,
     /// Rendered views per combination in the validation set.
-    pub val_views: usize,
+    pub(crate) val_views: usize,
     /// Render side in pixels, also the vision tower's input side (guidance renders at this size
     /// too).
-    pub render_size: usize,
+    pub(crate) render_size: usize,
     /// Patch side of the vision tower.
-    pub patch: usize,
+    pub(crate) patch: usize,
     /// Samples per ray.
-    pub samples: usize,
+    pub(crate) samples: usize,
     /// Smallest crop side as a fraction of the render.
-    pub min_crop: f32,
+    pub(crate) min_crop: f32,
     /// Seed of the pool, the initial weights and every draw.
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// The trained CLIP's parameters and what the training measured.
-pub struct ClipTraining {
+pub(crate) struct ClipTraining {
     /// Parameters by checkpoint key.
-    pub varmap: VarMap,
+    pub(crate) varmap: VarMap,
     /// Loss per step.
-    pub losses: Vec<f32>,
+    pub(crate) losses: Vec<f32>,
     /// `(step, top-1 accuracy)` on the validation views.
-    pub accuracy: Vec<(usize, f32)>,
+    pub(crate) accuracy: Vec<(usize, f32)>,
 }
 
 /// The pre-rendered views of one combination.
@@ -118,7 +118,7 @@ fn diagonal_cross_entropy(logits: &Tensor) -> Result<Tensor> {
 const ACCURACY_CHECKS: usize = 10;
 
 /// Trains a CLIP of `cfg` on `combos` (every combination of the world, normally).
-pub fn train_clip(
+pub(crate) fn train_clip(
     cfg: &ClipConfig,
     tokenizer: &ClipTokenizer,
     combos: &[(Shape, Colour)],
@@ -243,18 +243,6 @@ fn top1(
         total += best.len();
     }
     Ok(right as f32 / total.max(1) as f32)
-}
-
-/// The CLIP tower's parameters as tensors (for saving).
-pub fn tensors(varmap: &VarMap) -> Result<std::collections::HashMap<String, Tensor>> {
-    let data = varmap
-        .data()
-        .lock()
-        .map_err(|_| candle_core::Error::Msg("variable map lock poisoned (bug)".into()))?;
-    Ok(data
-        .iter()
-        .map(|(k, v): (&String, &Var)| (k.clone(), v.as_tensor().detach()))
-        .collect())
 }
 
 #[cfg(test)]

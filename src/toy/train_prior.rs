@@ -18,30 +18,30 @@ use crate::shap_e::{sampler, PriorConfig, PriorTransformer, SchedulerConfig};
 
 /// Settings of the diffusion training.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct PriorTrainSettings {
+pub(crate) struct PriorTrainSettings {
     /// Adam steps.
-    pub steps: usize,
+    pub(crate) steps: usize,
     /// Peak learning rate (warm-up over a tenth of the steps, cosine decay).
-    pub lr: f64,
+    pub(crate) lr: f64,
     /// Copies of the training set per batch (each with its own caption, timestep and noise).
-    pub repeats: usize,
+    pub(crate) repeats: usize,
     /// Probability of replacing the conditioning by the unconditional (zero) embedding.
-    pub cond_dropout: f32,
+    pub(crate) cond_dropout: f32,
     /// Seed of the initial weights and every draw.
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// The trained prior's parameters and its loss per step.
-pub struct PriorTraining {
+pub(crate) struct PriorTraining {
     /// Parameters by checkpoint key.
-    pub varmap: VarMap,
+    pub(crate) varmap: VarMap,
     /// Loss per step.
-    pub losses: Vec<f32>,
+    pub(crate) losses: Vec<f32>,
 }
 
 /// Trains a prior of `cfg` on `latents (n, rows, d)`; `text_embeds[i]` holds the raw CLIP text
 /// embeddings `(k_i, dim)` of latent `i`'s captions (one is drawn per use).
-pub fn train_prior(
+pub(crate) fn train_prior(
     cfg: &PriorConfig,
     scheduler: &SchedulerConfig,
     latents: &Tensor,

@@ -9,29 +9,29 @@ use crate::mesh::Mesh;
 #[derive(Debug, Clone)]
 pub(crate) struct Voxels {
     /// Lower corner of the box.
-    pub lo: [f32; 3],
+    pub(crate) lo: [f32; 3],
     /// Cell size per axis.
-    pub step: [f32; 3],
+    pub(crate) step: [f32; 3],
     /// Cells per axis.
-    pub n: usize,
+    pub(crate) n: usize,
     /// `n³` flags, index `(z·n + y)·n + x`.
-    pub inside: Vec<bool>,
+    pub(crate) inside: Vec<bool>,
 }
 
 impl Voxels {
     /// Centre of cell (x, y, z), without the column offset.
-    pub fn centre(&self, x: usize, y: usize, z: usize) -> [f32; 3] {
+    pub(crate) fn centre(&self, x: usize, y: usize, z: usize) -> [f32; 3] {
         let i = [x, y, z];
         [0, 1, 2].map(|a| self.lo[a] + (i[a] as f32 + 0.5) * self.step[a])
     }
 
     /// Volume of one cell.
-    pub fn cell_volume(&self) -> f32 {
+    pub(crate) fn cell_volume(&self) -> f32 {
         self.step.iter().product()
     }
 
     /// Centres of the inside cells.
-    pub fn inside_centres(&self) -> Vec<[f32; 3]> {
+    pub(crate) fn inside_centres(&self) -> Vec<[f32; 3]> {
         let n = self.n;
         (0..self.inside.len())
             .filter(|&i| self.inside[i])

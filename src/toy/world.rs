@@ -59,11 +59,11 @@ pub const HELD_OUT: [(Shape, Colour); 6] = [
 ];
 
 /// Range of the uniform size factor applied to the canonical shape.
-pub const SCALE_RANGE: (f32, f32) = (0.8, 1.0);
+pub(crate) const SCALE_RANGE: (f32, f32) = (0.8, 1.0);
 /// Range of the brightness factor applied to the canonical linear colour.
-pub const BRIGHTNESS_RANGE: (f32, f32) = (0.8, 1.0);
+pub(crate) const BRIGHTNESS_RANGE: (f32, f32) = (0.8, 1.0);
 /// Largest relative per-channel jitter of the linear colour.
-pub const CHANNEL_JITTER: f32 = 0.06;
+pub(crate) const CHANNEL_JITTER: f32 = 0.06;
 
 /// Everyday words the evaluator reads as a toy shape's name (the toy CLIP never saw them).
 pub const SHAPE_ALIASES: [(&str, &str); 6] = [
@@ -99,7 +99,7 @@ impl Shape {
     }
 
     /// The shape named by a caption word or one of its [`SHAPE_ALIASES`], if any.
-    pub fn from_name(word: &str) -> Option<Self> {
+    pub(crate) fn from_name(word: &str) -> Option<Self> {
         let word = SHAPE_ALIASES
             .iter()
             .find(|(alias, _)| *alias == word)
@@ -108,7 +108,7 @@ impl Shape {
     }
 
     /// Signed distance (positive inside) of the canonical shape: centred on its bounding box, yaw 0.
-    pub fn canonical_sdf(self, p: [f32; 3]) -> f32 {
+    pub(crate) fn canonical_sdf(self, p: [f32; 3]) -> f32 {
         match self {
             Shape::Sphere => shapes::sphere(p, [0.0; 3], 0.7),
             Shape::Cube => shapes::cuboid(p, [0.55; 3]),
@@ -120,7 +120,7 @@ impl Shape {
     }
 
     /// Volume of the canonical shape (closed forms).
-    pub fn canonical_volume(self) -> f32 {
+    pub(crate) fn canonical_volume(self) -> f32 {
         use std::f32::consts::PI;
         match self {
             Shape::Sphere => 4.0 / 3.0 * PI * 0.7f32.powi(3),
@@ -134,7 +134,7 @@ impl Shape {
 
     /// Height of the canonical shape's volume centroid above its bounding-box centre (a cone's is a quarter of
     /// its height below).
-    pub fn canonical_centroid_z(self) -> f32 {
+    pub(crate) fn canonical_centroid_z(self) -> f32 {
         match self {
             Shape::Cone => -1.3 / 4.0,
             _ => 0.0,
@@ -142,7 +142,7 @@ impl Shape {
     }
 
     /// Smallest rotation about +Z (radians) that maps the shape onto itself; `None` when every rotation does.
-    pub fn yaw_period(self) -> Option<f32> {
+    pub(crate) fn yaw_period(self) -> Option<f32> {
         match self {
             Shape::Cube => Some(std::f32::consts::FRAC_PI_2),
             _ => None,
@@ -174,12 +174,12 @@ impl Colour {
     }
 
     /// The colour named by a caption word, if any.
-    pub fn from_name(word: &str) -> Option<Self> {
+    pub(crate) fn from_name(word: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.name() == word)
     }
 
     /// Canonical linear RGB in [0, 1] (the sRGB values in the variant docs, linearised).
-    pub fn linear(self) -> [f32; 3] {
+    pub(crate) fn linear(self) -> [f32; 3] {
         let srgb = match self {
             Colour::Red => [0.85, 0.10, 0.10],
             Colour::Green => [0.10, 0.70, 0.15],
@@ -247,22 +247,22 @@ pub fn training_combinations() -> Vec<(Shape, Colour)> {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Variation {
     /// Uniform size factor on the canonical shape ([`SCALE_RANGE`]).
-    pub scale: f32,
+    pub(crate) scale: f32,
     /// Rotation about +Z in radians, counter-clockwise seen from above.
-    pub yaw: f32,
+    pub(crate) yaw: f32,
     /// The object's linear RGB (the canonical colour, shaded and jittered).
-    pub rgb: [f32; 3],
+    pub(crate) rgb: [f32; 3],
 }
 
 /// One object of the toy world: a shape, a colour name and its variation.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct WorldObject {
     /// The shape.
-    pub shape: Shape,
+    pub(crate) shape: Shape,
     /// The colour name.
-    pub colour: Colour,
+    pub(crate) colour: Colour,
     /// Size, rotation and shade.
-    pub params: Variation,
+    pub(crate) params: Variation,
 }
 
 impl WorldObject {
@@ -299,7 +299,7 @@ impl WorldObject {
     }
 
     /// Signed distance at `p`, positive inside: the canonical shape scaled by `scale`, rotated by `yaw` about +Z.
-    pub fn sdf(&self, p: [f32; 3]) -> f32 {
+    pub(crate) fn sdf(&self, p: [f32; 3]) -> f32 {
         let Variation { scale, yaw, .. } = self.params;
         let q = rotate_z(p, -yaw).map(|v| v / scale);
         self.shape.canonical_sdf(q) * scale
@@ -318,7 +318,7 @@ impl Field for WorldObject {
 }
 
 /// Rotates `p` by `angle` radians about +Z (counter-clockwise seen from above).
-pub fn rotate_z(p: [f32; 3], angle: f32) -> [f32; 3] {
+pub(crate) fn rotate_z(p: [f32; 3], angle: f32) -> [f32; 3] {
     let (s, c) = angle.sin_cos();
     [c * p[0] - s * p[1], s * p[0] + c * p[1], p[2]]
 }

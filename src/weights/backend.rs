@@ -27,7 +27,7 @@ pub struct Loaded<T> {
 impl WeightFile {
     /// Runs `build` on a checking backend with tensors of `dtype`; returns all tensor problems at
     /// once if there are any, else the model and the float keys it did not read.
-    pub fn build<T>(
+    pub(crate) fn build<T>(
         self,
         dtype: DType,
         device: &Device,
@@ -60,7 +60,7 @@ impl WeightFile {
 }
 
 /// The number of parameters `build` asks for, counted on a dry backend (zero views, nothing read).
-pub fn count_parameters<T>(
+pub(crate) fn count_parameters<T>(
     build: impl FnOnce(VarBuilder<'static>) -> candle_core::Result<T>,
 ) -> candle_core::Result<usize> {
     let dry = Shared(Arc::new(CheckingBackend::new(None)));

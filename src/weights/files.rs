@@ -6,24 +6,24 @@ use std::path::{Path, PathBuf};
 use super::error::LoadError;
 
 /// Weight files of a `transformers` model folder (CLIP, Shap-E's `text_encoder/`), tried in order.
-pub const TRANSFORMERS_WEIGHTS: [&str; 3] = [
+pub(crate) const TRANSFORMERS_WEIGHTS: [&str; 3] = [
     "model.safetensors",
     "model.fp16.safetensors",
     "model.bf16.safetensors",
 ];
 
 /// Weight files of a diffusers component folder (`prior/`, the renderer), tried in order.
-pub const DIFFUSERS_WEIGHTS: [&str; 3] = [
+pub(crate) const DIFFUSERS_WEIGHTS: [&str; 3] = [
     "diffusion_pytorch_model.safetensors",
     "diffusion_pytorch_model.fp16.safetensors",
     "diffusion_pytorch_model.bin",
 ];
 
 /// Shap-E decoder folders, tried in order (`renderer/` is the legacy name).
-pub const DECODER_DIRS: [&str; 2] = ["shap_e_renderer", "renderer"];
+pub(crate) const DECODER_DIRS: [&str; 2] = ["shap_e_renderer", "renderer"];
 
 /// The first of `names` present in `dir`.
-pub fn find_weights(dir: &Path, names: &[&str]) -> Result<PathBuf, LoadError> {
+pub(crate) fn find_weights(dir: &Path, names: &[&str]) -> Result<PathBuf, LoadError> {
     names
         .iter()
         .map(|f| dir.join(f))
@@ -35,6 +35,6 @@ pub fn find_weights(dir: &Path, names: &[&str]) -> Result<PathBuf, LoadError> {
 }
 
 /// `names` under the folder `dir` (`dir/name`), as hub paths.
-pub fn under(dir: &str, names: &[&str]) -> Vec<String> {
+pub(crate) fn under(dir: &str, names: &[&str]) -> Vec<String> {
     names.iter().map(|n| format!("{dir}/{n}")).collect()
 }

@@ -5,12 +5,12 @@
 
 mod backend;
 mod error;
-pub mod files;
+pub(crate) mod files;
 mod problem;
 mod weight_file;
 
-pub use backend::{count_parameters, Loaded};
+pub(crate) use backend::{count_parameters, Loaded};
 pub use error::LoadError;
-pub use files::find_weights;
+pub(crate) use files::find_weights;
 pub use problem::TensorProblem;
-pub use weight_file::WeightFile;
+pub(crate) use weight_file::WeightFile;

@@ -28,7 +28,7 @@ enum Data {
 }
 
 /// A validated weight file: its header (name → dtype, shape) and its data.
-pub struct WeightFile {
+pub(crate) struct WeightFile {
     path: PathBuf,
     /// Name → (dtype as safetensors writes it, shape).
     pub(super) header: HashMap<String, (String, Vec<usize>)>,
@@ -54,7 +54,7 @@ impl WeightFile {
     }
 
     /// Wraps tensors already in memory, as if read from `path`.
-    pub fn from_tensors(path: &Path, tensors: HashMap<String, Tensor>) -> Self {
+    pub(crate) fn from_tensors(path: &Path, tensors: HashMap<String, Tensor>) -> Self {
         let header = tensors
             .iter()
             .map(|(k, t)| (k.clone(), (dtype_name(t.dtype()), t.dims().to_vec())))
@@ -145,7 +145,7 @@ impl WeightFile {
     }
 
     /// The file this was read from.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 

@@ -26,7 +26,7 @@ pub struct BlockCost {
     /// Bytes the block's autograd graph keeps alive after its forward (activations).
     pub graph_bytes: usize,
     /// Peak bytes above the graph while the block's backward runs (temporaries, gradients).
-    pub backward_bytes: usize,
+    pub(crate) backward_bytes: usize,
 }
 
 /// Predicted peak bytes of running `plan` forward and backward (see the module docs).

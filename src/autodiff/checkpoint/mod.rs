@@ -11,12 +11,12 @@
 //!
 //! Segments are ordinary nodes of candle's graph, so `loss.backward()` drives everything.
 
-pub mod budget;
-pub mod chain;
+pub(crate) mod budget;
+pub(crate) mod chain;
 pub mod plan;
-pub mod policy;
-pub mod residual_mlp;
-pub mod segment;
+pub(crate) mod policy;
+pub(crate) mod residual_mlp;
+pub(crate) mod segment;
 
 pub use budget::{plan_for_budget, predicted_peak, BlockCost};
 pub use chain::{measure_costs, run_chain, Block};

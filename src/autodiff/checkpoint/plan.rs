@@ -20,7 +20,7 @@ pub struct Plan {
 
 impl Plan {
     /// Segments of `k` blocks (the last may be shorter).
-    pub fn uniform(n: usize, k: usize, checkpointed: bool) -> Plan {
+    pub(crate) fn uniform(n: usize, k: usize, checkpointed: bool) -> Plan {
         let segments = (0..n)
             .step_by(k)
             .map(|s| Segment {

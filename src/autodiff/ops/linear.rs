@@ -62,7 +62,7 @@ fn cast(a: &Tensor, dtype: DType) -> Result<Tensor> {
 use crate::autodiff::vjp::{attach, Vjp};
 
 /// `y = x·wᵀ + b` for `x (…, in)`, `w (out, in)`, `b (out)`; gradients only where they track.
-pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let (out_dim, in_dim) = w.dims2()?;
     let mut out_shape = x.dims().to_vec();
     let last = out_shape.len() - 1;
@@ -110,7 +110,7 @@ fn linear_backward(v: &Vjp) -> Result<Vec<Option<Tensor>>> {
 
 /// Per-item linear maps: `y[i] = x[i]·w[i]ᵀ (+ b[i])` for `x (B, n, in)`, `w (B, out, in)`,
 /// `b (B, out)`; used when the weights themselves are computed from a latent.
-pub fn batched_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+pub(crate) fn batched_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let xw = cast(&x.detach(), w.dtype())?;
     let mut y = cast(&xw.matmul(&w.detach().transpose(1, 2)?)?, x.dtype())?;
     if let Some(b) = b {

@@ -9,10 +9,10 @@ mod resize;
 mod softmax;
 
 pub use activation::Activation;
-pub use layer_norm::layer_norm;
-pub use linear::{batched_linear, linear};
-pub use resize::{resize_bilinear, resize_matrix};
-pub use softmax::softmax;
+pub(crate) use layer_norm::layer_norm;
+pub(crate) use linear::{batched_linear, linear};
+pub(crate) use resize::resize_bilinear;
+pub(crate) use softmax::softmax;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -12,7 +12,7 @@ use candle_core::{Result, Tensor};
 use crate::autodiff::vjp::attach;
 
 /// The `(out, in)` row-stochastic interpolation matrix for one axis.
-pub fn resize_matrix(input: usize, output: usize, antialias: bool) -> Vec<f32> {
+pub(crate) fn resize_matrix(input: usize, output: usize, antialias: bool) -> Vec<f32> {
     let mut m = vec![0f32; output * input];
     let scale = input as f64 / output as f64;
     for o in 0..output {
@@ -44,7 +44,12 @@ pub fn resize_matrix(input: usize, output: usize, antialias: bool) -> Vec<f32> {
 }
 
 /// Resizes `x (N, C, H, W)` to `(N, C, out_h, out_w)`; differentiable with respect to `x`.
-pub fn resize_bilinear(x: &Tensor, out_h: usize, out_w: usize, antialias: bool) -> Result<Tensor> {
+pub(crate) fn resize_bilinear(
+    x: &Tensor,
+    out_h: usize,
+    out_w: usize,
+    antialias: bool,
+) -> Result<Tensor> {
     let (n, c, h, w) = x.dims4()?;
     if (h, w) == (out_h, out_w) {
         return Ok(x.clone());

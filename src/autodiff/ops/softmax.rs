@@ -7,7 +7,7 @@ use candle_core::{Result, Tensor, D};
 use crate::autodiff::vjp::attach;
 
 /// Differentiable softmax along `dim` (fused kernel forward on the last dimension).
-pub fn softmax<Dim: candle_core::shape::Dim>(x: &Tensor, dim: Dim) -> Result<Tensor> {
+pub(crate) fn softmax<Dim: candle_core::shape::Dim>(x: &Tensor, dim: Dim) -> Result<Tensor> {
     let dim = dim.to_index(x.shape(), "softmax")?;
     let last = x.rank() - 1;
     if dim != last {

@@ -5,13 +5,13 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use crate::autodiff::rng::Rng;
 
 /// A seeded standard-normal f32 tensor.
-pub fn randn(shape: &[usize], seed: u64, dev: &Device) -> Result<Tensor> {
+pub(crate) fn randn(shape: &[usize], seed: u64, dev: &Device) -> Result<Tensor> {
     Rng::new(seed).normal_tensor(shape, dev)
 }
 
 /// Checks `d/dx Σ c ⊙ f(x)` for every input against central differences, all in f64.
 /// `c` is a fixed random weighting so that every output element matters.
-pub fn check_grad(inputs: &[Tensor], f: impl Fn(&[Tensor]) -> Result<Tensor>) -> Result<()> {
+pub(crate) fn check_grad(inputs: &[Tensor], f: impl Fn(&[Tensor]) -> Result<Tensor>) -> Result<()> {
     let inputs: Vec<Tensor> = inputs
         .iter()
         .map(|t| t.to_dtype(DType::F64))

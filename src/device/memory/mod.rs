@@ -15,7 +15,7 @@ use serde::Serialize;
 
 #[cfg(feature = "cuda")]
 mod cuda;
-pub mod host;
+pub(crate) mod host;
 
 /// What a device's memory figures measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -34,13 +34,13 @@ pub enum Meter {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
     /// Bytes the allocator holds: the pool's reservation from the driver (CUDA), the live heap (CPU).
-    pub reserved_bytes: u64,
+    pub(crate) reserved_bytes: u64,
     /// Bytes in live allocations (on the CPU the same as `reserved_bytes`).
     pub used_bytes: u64,
     /// Free device memory as the driver reports it (`cuMemGetInfo`); `None` on the CPU.
-    pub device_free_bytes: Option<u64>,
+    pub(crate) device_free_bytes: Option<u64>,
     /// Total device memory; `None` on the CPU.
-    pub device_total_bytes: Option<u64>,
+    pub(crate) device_total_bytes: Option<u64>,
 }
 
 /// Memory before and after a cache release ([`trim`]).
@@ -49,7 +49,7 @@ pub struct Trim {
     /// Before the release (after synchronising the device).
     pub before: Snapshot,
     /// After it.
-    pub after: Snapshot,
+    pub(crate) after: Snapshot,
 }
 
 /// Which meter [`peak_bytes`] and [`snapshot`] read on `device`.
@@ -100,7 +100,7 @@ pub fn peak_bytes(device: &Device) -> Result<u64> {
 }
 
 /// What the device holds now. Synchronises the device first.
-pub fn snapshot(device: &Device) -> Result<Snapshot> {
+pub(crate) fn snapshot(device: &Device) -> Result<Snapshot> {
     match device {
         #[cfg(feature = "cuda")]
         Device::Cuda(_) => cuda::snapshot(device),
@@ -119,7 +119,7 @@ pub fn snapshot(device: &Device) -> Result<Snapshot> {
 /// Synchronises, then releases the allocator's unused reserve to the driver (CUDA:
 /// `cuMemPoolTrimTo(pool, 0)`; the CPU has no reserve, so before and after differ only by what
 /// other threads did in between). Returns the figures around the release.
-pub fn trim(device: &Device) -> Result<Trim> {
+pub(crate) fn trim(device: &Device) -> Result<Trim> {
     synchronize(device)?;
     let before = snapshot(device)?;
     #[cfg(feature = "cuda")]

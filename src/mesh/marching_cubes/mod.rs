@@ -34,7 +34,7 @@ use super::grid::Grid;
 use super::mesh::{Mesh, DEFAULT_COLOUR};
 
 /// Smallest edge parameter in [`McMode::Exact`] (keeps vertices off the grid samples).
-pub const T_EPS: f32 = 1e-3;
+pub(crate) const T_EPS: f32 = 1e-3;
 
 /// Where vertices go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -98,12 +98,12 @@ impl RendererConfig {
     }
 
     /// Background colour in `[0, 1]`.
-    pub fn background_unit(&self) -> [f32; 3] {
+    pub(crate) fn background_unit(&self) -> [f32; 3] {
         self.background.map(|c| c / 255.0)
     }
 
     /// Rejects values this port does not implement.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.param_names.len() != self.param_shapes.len() {
             return Err(format!(
                 "{} param_names but {} param_shapes",

@@ -40,46 +40,46 @@ pub enum PredictionType {
 pub struct SchedulerConfig {
     /// The class that wrote the file; must be `HeunDiscreteScheduler` when present.
     #[serde(rename = "_class_name", default)]
-    pub class_name: Option<String>,
+    pub(crate) class_name: Option<String>,
     /// Training timesteps.
     #[serde(default = "d1000")]
-    pub num_train_timesteps: usize,
+    pub(crate) num_train_timesteps: usize,
     /// First beta (linear schedules only).
     #[serde(default = "beta_start")]
-    pub beta_start: f64,
+    pub(crate) beta_start: f64,
     /// Last beta (linear schedules only).
     #[serde(default = "beta_end")]
-    pub beta_end: f64,
+    pub(crate) beta_end: f64,
     /// The beta schedule.
     #[serde(default = "linear_schedule")]
-    pub beta_schedule: BetaSchedule,
+    pub(crate) beta_schedule: BetaSchedule,
     /// Explicit betas (not supported; must be null).
     #[serde(default)]
-    pub trained_betas: Option<Vec<f64>>,
+    pub(crate) trained_betas: Option<Vec<f64>>,
     /// What the model predicts.
     #[serde(default = "epsilon")]
-    pub prediction_type: PredictionType,
+    pub(crate) prediction_type: PredictionType,
     /// Karras sigma spacing (ρ = 7) between the schedule's sigma range.
     #[serde(default)]
-    pub use_karras_sigmas: bool,
+    pub(crate) use_karras_sigmas: bool,
     /// Clamp the x0 estimate to `±clip_sample_range` (after guidance).
     #[serde(default)]
-    pub clip_sample: bool,
+    pub(crate) clip_sample: bool,
     /// Clamp range.
     #[serde(default = "one")]
-    pub clip_sample_range: f64,
+    pub(crate) clip_sample_range: f64,
     /// Timestep spacing (`"linspace"` only).
     #[serde(default = "linspace")]
-    pub timestep_spacing: String,
+    pub(crate) timestep_spacing: String,
     /// Offset added to the timesteps (0 only for "linspace").
     #[serde(default)]
-    pub steps_offset: usize,
+    pub(crate) steps_offset: usize,
     /// Exponential sigmas (not supported).
     #[serde(default)]
-    pub use_exponential_sigmas: bool,
+    pub(crate) use_exponential_sigmas: bool,
     /// Beta sigmas (not supported).
     #[serde(default)]
-    pub use_beta_sigmas: bool,
+    pub(crate) use_beta_sigmas: bool,
 }
 
 fn d1000() -> usize {
@@ -126,7 +126,7 @@ impl SchedulerConfig {
     }
 
     /// Rejects values this port does not implement.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.trained_betas.is_some() {
             return Err("trained_betas is not supported (expected null)".into());
         }

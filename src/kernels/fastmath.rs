@@ -9,7 +9,7 @@
 /// `r = x − n·ln 2` in two parts (exact products), `eʳ` by Cephes' `expf` polynomial, scaled by
 /// `2ⁿ` built in the exponent bits.
 #[inline(always)]
-pub fn exp_f32(x: f32) -> f32 {
+pub(crate) fn exp_f32(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to the nearest integer
     const LN2_HI: f32 = 0.693_359_4; // few mantissa bits: n·LN2_HI is exact
     const LN2_LO: f32 = -2.121_944_4e-4;
@@ -34,7 +34,7 @@ pub fn exp_f32(x: f32) -> f32 {
 /// `sin r` and `cos r` on `|r| ≤ π/4` (truncation below 1e-11), the quadrant `n mod 4` picking
 /// `±sin r` or `±cos r`. Error: the final rounding to f32 plus ~1e-11.
 #[inline(always)]
-pub fn sin_f32(x: f32) -> f32 {
+pub(crate) fn sin_f32(x: f32) -> f32 {
     const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5·2⁵²
     const PIO2_HI: f64 = 1.570_796_326_734_125_6; // 33 bits of π/2 (fdlibm's pio2_1)
     const PIO2_LO: f64 = 6.077_100_506_506_192e-11; // π/2 − PIO2_HI
@@ -66,7 +66,7 @@ pub fn sin_f32(x: f32) -> f32 {
 macro_rules! simd_dispatch {
     ($(#[$meta:meta])* $name:ident ($($arg:ident : $ty:ty),*) $body:block) => {
         $(#[$meta])*
-        pub fn $name($($arg: $ty),*) {
+        pub(crate) fn $name($($arg: $ty),*) {
             #[inline(always)]
             fn body($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
@@ -93,7 +93,7 @@ macro_rules! simd_dispatch {
     };
     ($(#[$meta:meta])* $name:ident <$t:ident : $bound:path> ($($arg:ident : $ty:ty),*) $body:block) => {
         $(#[$meta])*
-        pub fn $name<$t: $bound>($($arg: $ty),*) {
+        pub(crate) fn $name<$t: $bound>($($arg: $ty),*) {
             #[inline(always)]
             fn body<$t: $bound>($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,159 @@
+//! Activations on plain arrays, one vectorised, multi-threaded pass each: bias + SiLU forward
+//! and backward (the NeRSTF MLP), QuickGELU forward and backward (CLIP), and the logistic
+//! sigmoid. They use the vectorisable `exp` of [`super::fastmath`] ([`Real::fast_exp`]),
+//! compiled for AVX-512 or AVX2 when the CPU has them.
+
+use rayon::prelude::*;
+
+use super::fastmath::simd_dispatch;
+use super::real::Real;
+
+/// Rows per rayon task of the SiLU kernels.
+const ROWS_PER_TASK: usize = 128;
+
+/// `1 / (1 + e^{−x})` with the vectorisable `exp` ([`Real::fast_exp`]; libm's in f64).
+#[inline(always)]
+pub(crate) fn sigmoid<T: Real>(x: T) -> T {
+    T::one() / (T::one() + (-x).fast_exp())
+}
+
+simd_dispatch!(bias_silu_rows<T: Real>(pre: &mut [T], h: &mut [T], bias: &[T]) {
+    for (pre, h) in pre.chunks_exact_mut(bias.len()).zip(h.chunks_exact_mut(bias.len())) {
+        for ((a, h), &b) in pre.iter_mut().zip(h.iter_mut()).zip(bias) {
+            let v = *a + b;
+            *a = v;
+            *h = v / (T::one() + (-v).fast_exp());
+        }
+    }
+});
+
+simd_dispatch!(bias_silu_inplace_rows<T: Real>(a: &mut [T], bias: &[T]) {
+    for row in a.chunks_exact_mut(bias.len()) {
+        for (a, &b) in row.iter_mut().zip(bias) {
+            let v = *a + b;
+            *a = v / (T::one() + (-v).fast_exp());
+        }
+    }
+});
+
+simd_dispatch!(silu_grad_rows<T: Real>(pre: &[T], g: &mut [T]) {
+    for (&a, g) in pre.iter().zip(g.iter_mut()) {
+        let s = T::one() / (T::one() + (-a).fast_exp());
+        *g *= s * (T::one() + a * (T::one() - s));
+    }
+});
+
+simd_dispatch!(silu_grad_value_rows<T: Real>(pre: &[T], g: &mut [T], h: &mut [T]) {
+    for ((&a, g), h) in pre.iter().zip(g.iter_mut()).zip(h.iter_mut()) {
+        let d = T::one() + (-a).fast_exp();
+        let s = T::one() / d;
+        *g *= s * (T::one() + a * (T::one() - s));
+        *h = a / d; // as the forward computes it
+    }
+});
+
+simd_dispatch!(silu_value_rows<T: Real>(pre: &[T], h: &mut [T]) {
+    for (&a, h) in pre.iter().zip(h.iter_mut()) {
+        *h = a / (T::one() + (-a).fast_exp());
+    }
+});
+
+/// `pre += bias` (per row of `width = bias.len()`) and `h = silu(pre)`, in parallel.
+pub(crate) fn bias_silu<T: Real>(pre: &mut [T], h: &mut [T], bias: &[T]) {
+    let block = ROWS_PER_TASK * bias.len();
+    pre.par_chunks_mut(block)
+        .zip(h.par_chunks_mut(block))
+        .for_each(|(p, h)| bias_silu_rows(p, h, bias));
+}
+
+/// `a = silu(a + bias)` in place, in parallel.
+pub(crate) fn bias_silu_inplace<T: Real>(a: &mut [T], bias: &[T]) {
+    let block = ROWS_PER_TASK * bias.len();
+    a.par_chunks_mut(block)
+        .for_each(|a| bias_silu_inplace_rows(a, bias));
+}
+
+/// `g *= silu'(pre)` and, when `h` is given, `h = silu(pre)`, in parallel.
+pub(crate) fn silu_grad<T: Real>(pre: &[T], g: &mut [T], h: Option<&mut [T]>, width: usize) {
+    let block = ROWS_PER_TASK * width;
+    match h {
+        Some(h) => pre
+            .par_chunks(block)
+            .zip(g.par_chunks_mut(block))
+            .zip(h.par_chunks_mut(block))
+            .for_each(|((p, g), h)| silu_grad_value_rows(p, g, h)),
+        None => pre
+            .par_chunks(block)
+            .zip(g.par_chunks_mut(block))
+            .for_each(|(p, g)| silu_grad_rows(p, g)),
+    }
+}
+
+/// `h = silu(pre)`, in parallel.
+pub(crate) fn silu<T: Real>(pre: &[T], h: &mut [T], width: usize) {
+    let block = ROWS_PER_TASK * width;
+    pre.par_chunks(block)
+        .zip(h.par_chunks_mut(block))
+        .for_each(|(p, h)| silu_value_rows(p, h));
+}
+
+/// QuickGELU's slope: `x·σ(1.702·x)`.
+pub(crate) const QUICK_GELU: f64 = 1.702;
+
+/// Rows per rayon task of the QuickGELU kernels.
+const GELU_ROWS_PER_TASK: usize = 32;
+
+simd_dispatch!(quick_gelu_rows<T: Real>(pre: &[T], h: &mut [T]) {
+    let a = T::from_f64(QUICK_GELU);
+    for (&x, h) in pre.iter().zip(h.iter_mut()) {
+        *h = x / (T::one() + (-(a * x)).fast_exp());
+    }
+});
+
+simd_dispatch!(quick_gelu_grad_rows<T: Real>(pre: &[T], g: &mut [T]) {
+    let a = T::from_f64(QUICK_GELU);
+    for (&x, g) in pre.iter().zip(g.iter_mut()) {
+        let s = T::one() / (T::one() + (-(a * x)).fast_exp());
+        *g *= s + a * x * s * (T::one() - s);
+    }
+});
+
+/// `h = quick_gelu(pre)` over rows of `width`, in parallel.
+pub(crate) fn quick_gelu<T: Real>(pre: &[T], h: &mut [T], width: usize) {
+    let block = GELU_ROWS_PER_TASK * width;
+    pre.par_chunks(block)
+        .zip(h.par_chunks_mut(block))
+        .for_each(|(a, h)| quick_gelu_rows(a, h));
+}
+
+/// `g *= quick_gelu'(pre)` over rows of `width`, in parallel.
+pub(crate) fn quick_gelu_grad<T: Real>(pre: &[T], g: &mut [T], width: usize) {
+    let block = GELU_ROWS_PER_TASK * width;
+    pre.par_chunks(block)
+        .zip(g.par_chunks_mut(block))
+        .for_each(|(a, g)| quick_gelu_grad_rows(a, g));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silu_kernels_match_the_formula() {
+        let pre0: Vec<f32> = (0..600).map(|i| (i as f32 - 300.0) * 0.05).collect();
+        let bias = [0.25f32, -0.5, 1.0];
+        let mut pre = pre0.clone();
+        let mut h = vec![0f32; pre.len()];
+        bias_silu(&mut pre, &mut h, &bias);
+        let mut g = vec![1f32; pre.len()];
+        let mut h2 = vec![0f32; pre.len()];
+        silu_grad(&pre, &mut g, Some(&mut h2), 3);
+        for (i, &x) in pre0.iter().enumerate() {
+            let v = (x + bias[i % 3]) as f64;
+            let s = 1.0 / (1.0 + (-v).exp());
+            assert!((h[i] as f64 - v * s).abs() < 1e-6 * (1.0 + v.abs()));
+            assert_eq!(h[i], h2[i]);
+            assert!((g[i] as f64 - s * (1.0 + v * (1.0 - s))).abs() < 1e-6);
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! The CPU kernels of the fused passes, on plain arrays: strided matrix products on the `gemm`
+//! crate ([`matmul`]), activations ([`activation`]: bias + SiLU, QuickGELU, sigmoid), LayerNorm
+//! ([`layer_norm`]), softmax ([`softmax`]), row fills ([`rows`]) and vectorisable math
+//! ([`fastmath`], with [`fastmath::simd_dispatch!`], which compiles a loop for AVX-512 or AVX2
+//! and picks the version the CPU supports at run time). The fused model files (`clip::fused`,
+//! `render::fused`, `shap_e::fused_mlp`) only wire their weights to these.
+
+pub(crate) mod activation;
+pub(crate) mod fastmath;
+pub(crate) mod layer_norm;
+pub(crate) mod matmul;
+pub(crate) mod real;
+pub(crate) mod rows;
+pub(crate) mod softmax;
+
+pub(crate) use activation::{
+    bias_silu, bias_silu_inplace, bias_silu_inplace_rows, quick_gelu, quick_gelu_grad, sigmoid,
+    silu, silu_grad,
+};
+pub(crate) use layer_norm::{ln_backward, ln_forward};
+pub(crate) use matmul::{matmul, matmul_serial, matmul_with, Mat, Write};
+pub(crate) use real::Real;
+pub(crate) use rows::{add_row, fill_rows};
+pub(crate) use softmax::softmax_rows;
