@@ -88,6 +88,17 @@ pub enum BatchError {
         /// What went wrong and what to do.
         message: String,
     },
+    /// The batch folder cannot be written.
+    #[error("{path}: {message}")]
+    Folder {
+        /// The file or folder.
+        path: PathBuf,
+        /// What went wrong and what to do.
+        message: String,
+    },
+    /// Another process runs the same shard of the same batch.
+    #[error(transparent)]
+    Busy(#[from] crate::atomic::LockError),
     /// A bad `--shard` value or shard environment.
     #[error("{0}")]
     Shard(String),
@@ -112,6 +123,12 @@ pub fn parse_prompt_file(path: &Path) -> Result<PromptFile, BatchError> {
         path: path.to_path_buf(),
         source,
     })?;
+    parse_prompt_bytes(path, bytes)
+}
+
+/// Parses the contents of the prompt file `path` (the name decides JSONL and names the file in
+/// errors).
+pub fn parse_prompt_bytes(path: &Path, bytes: Vec<u8>) -> Result<PromptFile, BatchError> {
     let text = String::from_utf8(bytes).map_err(|e| BatchError::NotUtf8 {
         path: path.to_path_buf(),
         offset: e.utf8_error().valid_up_to(),

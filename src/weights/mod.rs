@@ -6,6 +6,7 @@
 mod backend;
 mod error;
 pub mod files;
+pub mod finite;
 mod problem;
 mod weight_file;
 
