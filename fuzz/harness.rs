@@ -22,13 +22,14 @@ pub fn scratch() -> PathBuf {
     } else {
         std::env::temp_dir()
     };
-    let dir = base.join(format!(
-        "clipsculpt-fuzz-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ))
-    .to_string_lossy()
-    .replace(['(', ')'], "");
+    let dir = base
+        .join(format!(
+            "clipsculpt-fuzz-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ))
+        .to_string_lossy()
+        .replace(['(', ')'], "");
     let dir = PathBuf::from(dir);
     std::fs::create_dir_all(&dir).expect("scratch folder");
     dir
@@ -92,7 +93,10 @@ pub fn tokenizer(data: &[u8]) {
     let Ok(tok) = ClipTokenizer::from_dir(&dir, 77) else {
         return;
     };
-    let extra = parts.next().map(String::from_utf8_lossy).unwrap_or_default();
+    let extra = parts
+        .next()
+        .map(String::from_utf8_lossy)
+        .unwrap_or_default();
     for prompt in ["a red cube", "", "ÀÉ  \u{1F600} <|endoftext|>", &extra] {
         if let Ok(t) = tok.encode(prompt) {
             assert_eq!(t.ids.len(), 77, "every prompt becomes the context length");
@@ -151,7 +155,11 @@ pub fn report(data: &[u8]) {
     let before = RunSummary::parse(data);
     relocate_report(&work, &base.join("run"));
     let after = std::fs::read(work.join("report.json")).expect("report still there");
-    assert_eq!(RunSummary::parse(&after), before, "the rewrite keeps the summary");
+    assert_eq!(
+        RunSummary::parse(&after),
+        before,
+        "the rewrite keeps the summary"
+    );
     if let Some(s) = before {
         assert!(!s.to_string().is_empty());
     }

@@ -57,7 +57,10 @@ pub fn write_atomic_with(
 fn injected_fault(path: &Path) -> io::Result<()> {
     if cfg!(debug_assertions) {
         if let Ok(name) = std::env::var("CLIPSCULPT_FAULT_ENOSPC") {
-            if path.file_name().is_some_and(|n| n.to_string_lossy() == name) {
+            if path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy() == name)
+            {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
         }

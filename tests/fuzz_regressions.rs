@@ -12,7 +12,10 @@ use std::path::Path;
 fn replay(target: &str, f: fn(&[u8])) -> usize {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut n = 0;
-    for dir in [root.join("fuzz/seeds").join(target), root.join("tests/fixtures/fuzz").join(target)] {
+    for dir in [
+        root.join("fuzz/seeds").join(target),
+        root.join("tests/fixtures/fuzz").join(target),
+    ] {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };

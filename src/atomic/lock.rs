@@ -46,12 +46,21 @@ impl DirLock {
         // The holder deletes the file on release: a lock taken on a file that was deleted
         // meanwhile protects nothing, so retry until the locked file is the one at `path`.
         for _ in 0..16 {
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(path)
-                .map_err(io_err)?;
+            // Created, then held open read-only: an open writer would keep the folder's
+            // filesystem from being remounted read-only, and `flock` needs no write access.
+            drop(
+                OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(path)
+                    .map_err(io_err)?,
+            );
+            let file = match File::open(path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(e)),
+            };
             match file.try_lock() {
                 Ok(()) => {}
                 Err(fs::TryLockError::WouldBlock) => {

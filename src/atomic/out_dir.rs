@@ -285,10 +285,9 @@ fn remove_leftovers(parent: &Path, name: &str) {
         let file = e.file_name().to_string_lossy().into_owned();
         if prefixes.iter().any(|p| file.starts_with(p.as_str())) {
             match fs::remove_dir_all(e.path()) {
-                Ok(()) => tracing::warn!(
-                    "removed {}, left by an interrupted run",
-                    e.path().display()
-                ),
+                Ok(()) => {
+                    tracing::warn!("removed {}, left by an interrupted run", e.path().display())
+                }
                 Err(err) => tracing::warn!(
                     "cannot remove {}, left by an interrupted run: {err}",
                     e.path().display()
@@ -492,6 +491,9 @@ mod tests {
         dir.commit().unwrap();
         let back: serde_json::Value =
             serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();
-        assert_eq!(back["files"][0], out.join("mesh.glb").to_string_lossy().as_ref());
+        assert_eq!(
+            back["files"][0],
+            out.join("mesh.glb").to_string_lossy().as_ref()
+        );
     }
 }

@@ -135,9 +135,11 @@ impl Manifest {
 
     /// Appends a record and syncs it to disk.
     pub fn append(&mut self, record: &Record) -> Result<(), BatchError> {
-        let err = |e: std::io::Error| BatchError::Manifest {
+        let err = |e: std::io::Error| {
+            BatchError::Manifest {
             path: self.path.clone(),
             message: format!("cannot append ({e}); make the batch folder writable (and free some space), then rerun to resume"),
+        }
         };
         let mut line = serde_json::to_string(record).map_err(|e| BatchError::Manifest {
             path: self.path.clone(),

@@ -9,7 +9,8 @@ mod shard;
 
 pub use manifest::{Manifest, ManifestLines, Record, Status};
 pub use prompts::{
-    check_prompt, parse_prompt_bytes, parse_prompt_file, slug, BatchError, PromptFile, PromptItem, MAX_PROMPT_CHARS,
+    check_prompt, parse_prompt_bytes, parse_prompt_file, slug, BatchError, PromptFile, PromptItem,
+    MAX_PROMPT_CHARS,
 };
 pub use runner::{run_batch, BatchSummary};
 pub use shard::Shard;

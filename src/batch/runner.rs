@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::manifest::{Manifest, Record, Status};
-use crate::atomic::{relocate_report, DirLock, LockError};
 use super::prompts::{BatchError, PromptItem};
 use super::shard::Shard;
+use crate::atomic::{relocate_report, DirLock, LockError};
 
 /// Counts of a batch run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,12 @@ impl Item<'_> {
         let work = out_dir.join(format!(".{}.partial-{}", self.id, std::process::id()));
         fs::create_dir_all(&work).map_err(folder_error(&work))?;
         let start = Instant::now();
-        tracing::info!("item {} (line {}): {}", self.id, self.item.line, self.item.prompt);
+        tracing::info!(
+            "item {} (line {}): {}",
+            self.id,
+            self.item.line,
+            self.item.prompt
+        );
         let result = job(self.item, &work);
         let seconds = start.elapsed().as_secs_f64();
         match result {

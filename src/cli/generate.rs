@@ -50,7 +50,8 @@ impl Generate {
         let models = cx.load_models(&settings.models, &device)?;
         let bar = StageBar::new(cx.quiet);
         let report = in_private(&dir, |work| {
-            let report = pipeline::generate(&models, &prompt, &run, work, &device, |p| bar.update(p))?;
+            let report =
+                pipeline::generate(&models, &prompt, &run, work, &device, |p| bar.update(p))?;
             bar.finish();
             if let Some(exe) = &blender_exe {
                 super::preview::render_run(exe, work, &blender.blender, cx.quiet)?;

@@ -147,7 +147,9 @@ fn io_hint(err: &anyhow::Error) -> Option<&'static str> {
         .filter_map(|c| c.downcast_ref::<std::io::Error>())
         .find_map(std::io::Error::raw_os_error)?;
     match os {
-        libc::ENOSPC | libc::EDQUOT => Some("free some disk space (or choose another --out) and run again"),
+        libc::ENOSPC | libc::EDQUOT => {
+            Some("free some disk space (or choose another --out) and run again")
+        }
         libc::EROFS => {
             Some("make the output folder writable (or choose another --out) and run again")
         }
@@ -195,8 +197,14 @@ mod tests {
         .context("exporting the mesh");
         let line = error_line(&e);
         assert_eq!(line.matches("out/mesh.glb").count(), 1, "{line}");
-        assert!(line.starts_with("exporting the mesh: writing out/mesh.glb: No space left on device"), "{line}");
-        assert!(line.ends_with("free some disk space (or choose another --out) and run again"), "{line}");
+        assert!(
+            line.starts_with("exporting the mesh: writing out/mesh.glb: No space left on device"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("free some disk space (or choose another --out) and run again"),
+            "{line}"
+        );
         let multi = anyhow::anyhow!("3 problems:\n  a\n  b").context("loading");
         assert_eq!(error_line(&multi), "loading: 3 problems: a; b");
     }

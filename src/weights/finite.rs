@@ -44,7 +44,10 @@ fn scan_words<const N: usize>(bytes: &[u8], exponent: u64) -> Option<NonFinite> 
         return None;
     }
     let first = bytes.chunks_exact(N).position(bad)?;
-    let count = bytes.par_chunks(BLOCK).map(|b| b.chunks_exact(N).filter(|c| bad(c)).count()).sum();
+    let count = bytes
+        .par_chunks(BLOCK)
+        .map(|b| b.chunks_exact(N).filter(|c| bad(c)).count())
+        .sum();
     Some(NonFinite { count, first })
 }
 
