@@ -155,12 +155,14 @@ pub fn report(data: &[u8]) {
     let before = RunSummary::parse(data);
     relocate_report(&work, &base.join("run"));
     let after = std::fs::read(work.join("report.json")).expect("report still there");
-    assert_eq!(
-        RunSummary::parse(&after),
-        before,
-        "the rewrite keeps the summary"
-    );
+    // A readable summary survives the rewrite (an unreadable one, e.g. with a duplicate key,
+    // may become readable: the rewrite keeps the last value, as JSON readers do).
     if let Some(s) = before {
+        assert_eq!(
+            RunSummary::parse(&after).as_ref(),
+            Some(&s),
+            "the rewrite keeps the summary"
+        );
         assert!(!s.to_string().is_empty());
     }
 }

@@ -148,7 +148,8 @@ impl WeightFile {
             data_end = data_end.max(e.data_offsets[1]);
             header.insert(name, (e.dtype, e.shape));
         }
-        let expected = 8 + n + data_end;
+        // Saturating: offsets near u64::MAX (a corrupt header) must read as "truncated", not overflow.
+        let expected = (8 + n).saturating_add(data_end);
         if actual < expected {
             return Err(truncated(expected, actual));
         }
