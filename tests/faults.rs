@@ -276,7 +276,7 @@ fn full_tmpfs_leaves_nothing() {
         err.starts_with("error: ") && err.contains("No space left on device"),
         "{text}"
     );
-    assert!(lines.next() == Some("rc=2"), "{text}");
+    assert_eq!(lines.next(), Some("rc=2"), "{text}");
     let rest: Vec<&str> = lines.collect();
     assert_eq!(
         rest,
