@@ -111,8 +111,16 @@ fn inputs(shape: &Shape, tokens: usize) -> Result<Inputs> {
 }
 
 fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
-    let num = (a - b)?.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-    let den = b.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+    let num = (a - b)?
+        .sqr()?
+        .sum_all()?
+        .to_dtype(DType::F64)?
+        .to_scalar::<f64>()?;
+    let den = b
+        .sqr()?
+        .sum_all()?
+        .to_dtype(DType::F64)?
+        .to_scalar::<f64>()?;
     Ok((num / den.max(1e-300)).sqrt())
 }
 
@@ -176,7 +184,10 @@ fn policy_table(shape: &Shape, tokens: usize, tiny: bool) -> Result<()> {
 }
 
 fn token_table(shape: &Shape, tokens: &[usize]) -> Result<()> {
-    println!("## By latent token count ({} blocks, CFG batch 2)\n", shape.layers);
+    println!(
+        "## By latent token count ({} blocks, CFG batch 2)\n",
+        shape.layers
+    );
     println!("| tokens | none peak | none s | blocks peak | blocks s | peak ratio | time ratio |");
     println!("|---|---|---|---|---|---|---|");
     for &n in tokens {
@@ -209,7 +220,9 @@ fn main() -> Result<()> {
     println!(
         "CPU, {} threads; load average at start: {}\n",
         rayon::current_num_threads(),
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     let last = tokens[tokens.len() - 1];
     policy_table(shape, last, tiny)?;

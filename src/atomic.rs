@@ -1,9 +1,17 @@
-//! Atomic file writes: every output file goes through [`write_atomic`] (temp file in the same folder,
-//! fsync, rename), so an interrupted run never leaves a half-written file under the final name.
+//! Atomic outputs. Every output file goes through [`write_atomic`] (temp file in the same folder,
+//! fsync, rename), so an interrupted run never leaves a half-written file under the final name;
+//! a whole run goes through an [`OutputDir`] (a private folder renamed into place when complete,
+//! under a [`DirLock`]), so a folder under its final name is always a finished run.
+
+mod lock;
+mod out_dir;
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
+
+pub use lock::{DirLock, LockError};
+pub use out_dir::{relocate_report, OutDirError, OutputDir, RunSummary};
 
 /// Writes `bytes` to `path` atomically: a reader sees either the old file or the complete new one.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -11,7 +19,9 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Like [`write_atomic`], with the content produced by a writer callback (for large streamed outputs).
-pub(crate) fn write_atomic_with(
+///
+/// The error is the bare I/O error: callers name the path once, in their own context.
+pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut io::BufWriter<fs::File>) -> io::Result<()>,
 ) -> io::Result<()> {
@@ -30,6 +40,7 @@ pub(crate) fn write_atomic_with(
     let result = (|| {
         let mut w = io::BufWriter::new(fs::File::create(&tmp)?);
         fill(&mut w)?;
+        injected_fault(path)?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         fs::rename(&tmp, path)
@@ -37,7 +48,24 @@ pub(crate) fn write_atomic_with(
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result.map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))
+    result
+}
+
+/// Debug and test builds only: `CLIPSCULPT_FAULT_ENOSPC=<file name>` makes writing a file of
+/// that name fail as a full disk would (the fault-injection tests use it where no small tmpfs
+/// can be mounted). Release builds ignore the variable.
+fn injected_fault(path: &Path) -> io::Result<()> {
+    if cfg!(debug_assertions) {
+        if let Ok(name) = std::env::var("CLIPSCULPT_FAULT_ENOSPC") {
+            if path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy() == name)
+            {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -60,7 +88,8 @@ mod tests {
         let p = dir.path().join("a.txt");
         write_atomic(&p, b"old").unwrap();
         let err = write_atomic_with(&p, |_| Err(io::Error::other("disk full"))).unwrap_err();
-        assert!(err.to_string().contains("a.txt"));
+        // The bare error: the caller adds the path once.
+        assert_eq!(err.to_string(), "disk full");
         assert_eq!(fs::read(&p).unwrap(), b"old");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }

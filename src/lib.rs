@@ -4,9 +4,9 @@
 //! CLIP-guided latent optimization under gradient checkpointing, and mesh extraction/export.
 //! This crate is the library; `src/main.rs` and [`cli`] are the application around it.
 
-pub(crate) mod atomic;
+pub mod atomic;
 pub mod autodiff;
-pub(crate) mod batch;
+pub mod batch;
 pub mod blender;
 pub mod cli;
 pub mod clip;

@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     match clipsculpt::cli::run(args) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", clipsculpt::cli::error_line(&err));
             ExitCode::from(clipsculpt::cli::EXIT_SETUP)
         }
     }

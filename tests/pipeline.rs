@@ -265,7 +265,10 @@ fn guided_sampling_run_records_its_trace() -> Result<()> {
     assert_eq!(report.sampling.steps.len(), 5, "{:?}", report.sampling);
     assert_eq!(report.sampling.skipped, 0);
     assert!(report.sampling.steps.iter().all(|g| g.push_rms > 0.0));
-    assert!(report.trace.cosine.is_empty(), "no latent stage in sampling mode");
+    assert!(
+        report.trace.cosine.is_empty(),
+        "no latent stage in sampling mode"
+    );
     assert!(report.memory.peak_bytes.sampling > 0);
     for f in ["latent.safetensors", "mesh.ply", "report.json"] {
         assert!(out.join(f).is_file(), "{f} missing");

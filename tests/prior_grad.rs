@@ -52,9 +52,13 @@ fn vjp(
 fn prior_vjp_matches_pytorch_autograd() -> Result<()> {
     let fx = candle_core::safetensors::load(dir().join("prior_vjp.safetensors"), &Device::Cpu)?;
     for name in ["a", "b"] {
-        let prior = load_prior(&dir().join(format!("prior_{name}")), DType::F32, &Device::Cpu)
-            .map_err(candle_core::Error::wrap)?
-            .model;
+        let prior = load_prior(
+            &dir().join(format!("prior_{name}")),
+            DType::F32,
+            &Device::Cpu,
+        )
+        .map_err(candle_core::Error::wrap)?
+        .model;
         let k = |s: &str| &fx[&format!("{name}.vjp.{s}")];
         let t = k("t").to_vec1::<f32>()?[0];
         for policy in [Policy::None, Policy::BLOCKS] {
@@ -97,13 +101,19 @@ fn prior_vjp_matches_finite_differences() -> Result<()> {
     let t = 612.75;
     let (gx, gp) = vjp(&prior, &x, t, &proj, &w, &Policy::BLOCKS)?;
     let loss = |x: &Tensor, p: &Tensor| -> Result<f64> {
-        (prior.forward(x, t, p)? * &w)?.sum_all()?.to_scalar::<f64>()
+        (prior.forward(x, t, p)? * &w)?
+            .sum_all()?
+            .to_scalar::<f64>()
     };
     // Directional derivatives along random directions, central differences.
     let mut rng = Rng::new(77);
     for k in 0..3 {
-        let vx = rng.normal_tensor(x.dims(), &Device::Cpu)?.to_dtype(DType::F64)?;
-        let vp = rng.normal_tensor(proj.dims(), &Device::Cpu)?.to_dtype(DType::F64)?;
+        let vx = rng
+            .normal_tensor(x.dims(), &Device::Cpu)?
+            .to_dtype(DType::F64)?;
+        let vp = rng
+            .normal_tensor(proj.dims(), &Device::Cpu)?
+            .to_dtype(DType::F64)?;
         let eps = 1e-4;
         let fd_x = (loss(&(&x + (&vx * eps)?)?, &proj)? - loss(&(&x - (&vx * eps)?)?, &proj)?)
             / (2.0 * eps);

@@ -222,7 +222,10 @@ fn guided_sampling_raises_the_held_aside_score() {
         .guided_sample(&target, &run, &rng, &dev, |_, _| {})
         .unwrap();
     assert!(trace.steps.is_empty());
-    assert!(same_values(&off, &plain).unwrap(), "strength 0 changed the sample");
+    assert!(
+        same_values(&off, &plain).unwrap(),
+        "strength 0 changed the sample"
+    );
 }
 
 /// A paraphrase of the prompt is not contrasted against it; another combination is.
@@ -248,8 +251,14 @@ fn unknown_words_warn_instead_of_aborting() {
     assert_eq!(m.tokenizer.unknown_words("a red ball"), vec!["ball"]);
     assert!(m.tokenizer.unknown_words("a sphere that is red").is_empty());
     assert!(m.text_embeds("a shiny red ball", &Device::Cpu).is_ok());
-    assert_eq!(parse_caption("a red ball"), Some((Shape::Sphere, Colour::Red)));
-    assert_eq!(parse_caption("a blue box"), Some((Shape::Cube, Colour::Blue)));
+    assert_eq!(
+        parse_caption("a red ball"),
+        Some((Shape::Sphere, Colour::Red))
+    );
+    assert_eq!(
+        parse_caption("a blue box"),
+        Some((Shape::Cube, Colour::Blue))
+    );
     assert!(EvalTable::expected("a wooden chair").is_err());
 }
 
@@ -281,7 +290,10 @@ fn eval_records_carry_start_and_export_verdicts() {
     let [prior, latent, sampling] = [0, 1, 2].map(|i| &table.records[i]);
     assert!(prior.attribution.is_none() && prior.right());
     for (r, start) in [(latent, "prior sample"), (sampling, "unguided sample")] {
-        let a = r.attribution.as_ref().expect("a guided record has an attribution");
+        let a = r
+            .attribution
+            .as_ref()
+            .expect("a guided record has an attribution");
         assert_eq!(a.start, start);
         // Every mode of one seed starts from the same prior sample, judged once.
         assert_eq!(a.start_verdict, prior.export, "{}", r.mode);

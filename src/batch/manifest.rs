@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::prompts::BatchError;
 use super::shard::Shard;
+use crate::atomic::DirLock;
 
 /// How an item ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,21 +44,58 @@ pub(crate) struct Record {
     pub(crate) blender_preview: Option<String>,
 }
 
-/// The manifest of one shard, plus what every shard has finished.
+/// The manifest of one shard, plus what every shard has finished. Holds the shard's lock
+/// (`.<manifest>.lock`), so a second process running the same shard refuses.
 #[derive(Debug)]
 pub(crate) struct Manifest {
     path: PathBuf,
     done: HashSet<String>,
+    _lock: DirLock,
+}
+
+/// What a manifest's bytes say: the ids of finished items, and the 1-based numbers of lines
+/// that are not records (torn by a crash mid-append; those items simply run again).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ManifestLines {
+    /// Items recorded as done.
+    pub done: HashSet<String>,
+    /// Unreadable lines.
+    pub bad_lines: Vec<usize>,
+}
+
+impl ManifestLines {
+    /// Parses the bytes of a manifest file (invalid UTF-8 makes only its lines unreadable).
+    pub fn parse(bytes: &[u8]) -> ManifestLines {
+        let mut out = ManifestLines::default();
+        for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<Record>(line) {
+                Ok(r) if r.status == Status::Done => {
+                    out.done.insert(r.id);
+                }
+                Ok(_) => {}
+                Err(_) => out.bad_lines.push(i + 1),
+            }
+        }
+        out
+    }
 }
 
 impl Manifest {
-    /// Opens the manifest for `shard` in `out_dir` and reads which items are done (all shards).
+    /// Opens the manifest for `shard` in `out_dir`, taking the shard's lock, and reads which
+    /// items are done (all shards).
     pub fn open(out_dir: &Path, shard: Shard) -> Result<Manifest, BatchError> {
         let name = if shard.count == 1 {
             "manifest.jsonl".to_string()
         } else {
             format!("manifest.shard-{}-of-{}.jsonl", shard.index, shard.count)
         };
+        let lock = DirLock::try_acquire(
+            &out_dir.join(format!(".{name}.lock")),
+            &format!("shard {shard} of the batch in {}", out_dir.display()),
+        )?;
         let path = out_dir.join(name);
         let mut done = HashSet::new();
         let entries = fs::read_dir(out_dir).map_err(|e| BatchError::Manifest {
@@ -73,30 +111,21 @@ impl Manifest {
             if !is_manifest {
                 continue;
             }
-            let text = fs::read_to_string(&p).map_err(|e| BatchError::Manifest {
+            let bytes = fs::read(&p).map_err(|e| BatchError::Manifest {
                 path: p.clone(),
                 message: format!("unreadable ({e}); fix its permissions, or move it away to start the batch over"),
             })?;
-            for (i, line) in text
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| !l.trim().is_empty())
-            {
-                match serde_json::from_str::<Record>(line) {
-                    Ok(r) if r.status == Status::Done => {
-                        done.insert(r.id);
-                    }
-                    Ok(_) => {}
-                    // A line torn by a crash mid-append: that item simply runs again.
-                    Err(e) => tracing::warn!(
-                        "{}:{}: ignoring an unreadable manifest line ({e})",
-                        p.display(),
-                        i + 1
-                    ),
-                }
+            let lines = ManifestLines::parse(&bytes);
+            for l in lines.bad_lines {
+                tracing::warn!("{}:{l}: ignoring an unreadable manifest line", p.display());
             }
+            done.extend(lines.done);
         }
-        Ok(Manifest { path, done })
+        Ok(Manifest {
+            path,
+            done,
+            _lock: lock,
+        })
     }
 
     /// Whether item `id` is finished (by any shard).
@@ -105,10 +134,12 @@ impl Manifest {
     }
 
     /// Appends a record and syncs it to disk.
-    pub(crate) fn append(&mut self, record: &Record) -> Result<(), BatchError> {
-        let err = |e: std::io::Error| BatchError::Manifest {
+    pub fn append(&mut self, record: &Record) -> Result<(), BatchError> {
+        let err = |e: std::io::Error| {
+            BatchError::Manifest {
             path: self.path.clone(),
-            message: format!("cannot append ({e}); is the disk full or read-only?"),
+            message: format!("cannot append ({e}); make the batch folder writable (and free some space), then rerun to resume"),
+        }
         };
         let mut line = serde_json::to_string(record).map_err(|e| BatchError::Manifest {
             path: self.path.clone(),

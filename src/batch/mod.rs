@@ -7,6 +7,8 @@ mod prompts;
 mod runner;
 mod shard;
 
-pub(crate) use prompts::{check_prompt, parse_prompt_file, slug};
+pub use manifest::ManifestLines;
+pub use prompts::{check_prompt, parse_prompt_bytes, BatchError, PromptFile};
+pub(crate) use prompts::{parse_prompt_file, slug};
 pub(crate) use runner::run_batch;
 pub(crate) use shard::Shard;

@@ -38,7 +38,7 @@ impl PromptItem {
 
 /// A parsed prompt file: the good items and the bad lines.
 #[derive(Debug, Default)]
-pub(crate) struct PromptFile {
+pub struct PromptFile {
     /// Items in file order.
     pub(crate) items: Vec<PromptItem>,
     /// Lines that could not be read, with the reason.
@@ -47,7 +47,7 @@ pub(crate) struct PromptFile {
 
 /// Errors of batch inputs and bookkeeping.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum BatchError {
+pub enum BatchError {
     /// The prompt file cannot be read.
     #[error("cannot read prompt file {path}: {source}")]
     Unreadable {
@@ -88,6 +88,17 @@ pub(crate) enum BatchError {
         /// What went wrong and what to do.
         message: String,
     },
+    /// The batch folder cannot be written.
+    #[error("{path}: {message}")]
+    Folder {
+        /// The file or folder.
+        path: PathBuf,
+        /// What went wrong and what to do.
+        message: String,
+    },
+    /// Another process runs the same shard of the same batch.
+    #[error(transparent)]
+    Busy(#[from] crate::atomic::LockError),
     /// A bad `--shard` value or shard environment.
     #[error("{0}")]
     Shard(String),
@@ -112,6 +123,12 @@ pub(crate) fn parse_prompt_file(path: &Path) -> Result<PromptFile, BatchError> {
         path: path.to_path_buf(),
         source,
     })?;
+    parse_prompt_bytes(path, bytes)
+}
+
+/// Parses the contents of the prompt file `path` (the name decides JSONL and names the file in
+/// errors).
+pub fn parse_prompt_bytes(path: &Path, bytes: Vec<u8>) -> Result<PromptFile, BatchError> {
     let text = String::from_utf8(bytes).map_err(|e| BatchError::NotUtf8 {
         path: path.to_path_buf(),
         offset: e.utf8_error().valid_up_to(),
@@ -170,7 +187,7 @@ pub(crate) fn parse_prompt_file(path: &Path) -> Result<PromptFile, BatchError> {
 }
 
 /// Checks a prompt before any work: non-empty, not over-long, no control characters.
-pub(crate) fn check_prompt(prompt: &str) -> Result<(), String> {
+pub fn check_prompt(prompt: &str) -> Result<(), String> {
     let p = prompt.trim();
     if p.is_empty() {
         return Err("empty prompt: give a short description such as \"a red cube\"".into());

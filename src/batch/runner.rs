@@ -3,12 +3,13 @@
 //! A failing item is recorded and the batch goes on.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::manifest::{Manifest, Record, Status};
 use super::prompts::{BatchError, PromptItem};
 use super::shard::Shard;
+use crate::atomic::{relocate_report, DirLock, LockError};
 
 /// Counts of a batch run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +21,9 @@ pub(crate) struct BatchSummary {
     /// Items that failed now.
     pub(crate) failed: usize,
     /// Items that belong to other shards.
-    pub(crate) other_shards: usize,
+    pub other_shards: usize,
+    /// Items skipped because another process was running them.
+    pub running_elsewhere: usize,
 }
 
 /// The error type of one item's job.
@@ -35,11 +38,7 @@ pub(crate) fn run_batch(
     seed: u64,
     mut job: impl FnMut(&PromptItem, &Path) -> Result<(), JobError>,
 ) -> Result<BatchSummary, BatchError> {
-    let io = |path: &Path, e: std::io::Error| BatchError::Manifest {
-        path: path.to_path_buf(),
-        message: format!("{e}; check that the output folder is writable"),
-    };
-    fs::create_dir_all(out_dir).map_err(|e| io(out_dir, e))?;
+    fs::create_dir_all(out_dir).map_err(folder_error(out_dir))?;
     let mut manifest = Manifest::open(out_dir, shard)?;
     let mut summary = BatchSummary::default();
     for (k, item) in items.iter().enumerate() {
@@ -48,52 +47,120 @@ pub(crate) fn run_batch(
             continue;
         }
         let id = item.id(seed);
-        let final_dir = out_dir.join(&id);
-        remove_partials(out_dir, &id);
         if manifest.is_done(&id) {
             summary.skipped += 1;
             continue;
         }
-        let record = |status, seconds, error| Record {
-            id: id.clone(),
-            line: item.line,
-            prompt: item.prompt.clone(),
-            status,
-            seconds,
-            error,
-            blender_preview: (status == Status::Done
-                && final_dir.join(crate::blender::PREVIEW_FILE).is_file())
-            .then(|| format!("{id}/{}", crate::blender::PREVIEW_FILE)),
-        };
-        if final_dir.is_dir() {
-            // Renamed into place, then interrupted before the manifest line: it is complete.
-            manifest.append(&record(Status::Done, 0.0, None))?;
-            summary.skipped += 1;
+        // Held while the item runs: another process on the same folder (an overlapping shard
+        // split) leaves the item to its holder.
+        let Some(_lock) = lock_item(out_dir, &id)? else {
+            tracing::warn!("item {id} is being run by another process; skipping it");
+            summary.running_elsewhere += 1;
             continue;
-        }
-        let work = out_dir.join(format!(".{id}.partial-{}", std::process::id()));
-        fs::create_dir_all(&work).map_err(|e| io(&work, e))?;
-        let start = Instant::now();
-        tracing::info!("item {} (line {}): {}", id, item.line, item.prompt);
-        match job(item, &work) {
-            Ok(()) => {
-                fs::rename(&work, &final_dir).map_err(|e| io(&final_dir, e))?;
-                manifest.append(&record(Status::Done, start.elapsed().as_secs_f64(), None))?;
-                summary.done += 1;
-            }
-            Err(e) => {
-                let _ = fs::remove_dir_all(&work);
-                tracing::error!("item {id} (line {}) failed: {e}", item.line);
-                manifest.append(&record(
-                    Status::Failed,
-                    start.elapsed().as_secs_f64(),
-                    Some(e.to_string()),
-                ))?;
-                summary.failed += 1;
-            }
+        };
+        remove_partials(out_dir, &id);
+        let item = Item {
+            item,
+            final_dir: out_dir.join(&id),
+            id,
+        };
+        match item.run(out_dir, &mut manifest, &mut job)? {
+            Outcome::Done => summary.done += 1,
+            Outcome::AlreadyDone => summary.skipped += 1,
+            Outcome::Failed => summary.failed += 1,
         }
     }
     Ok(summary)
+}
+
+/// How one item ended.
+enum Outcome {
+    Done,
+    AlreadyDone,
+    Failed,
+}
+
+/// One item to run, with its id and final folder.
+struct Item<'a> {
+    item: &'a PromptItem,
+    id: String,
+    final_dir: PathBuf,
+}
+
+impl Item<'_> {
+    /// Runs the job into a private folder, renames it into place and records the outcome.
+    fn run(
+        &self,
+        out_dir: &Path,
+        manifest: &mut Manifest,
+        job: &mut impl FnMut(&PromptItem, &Path) -> Result<(), JobError>,
+    ) -> Result<Outcome, BatchError> {
+        if self.final_dir.is_dir() {
+            // Renamed into place, then interrupted before the manifest line: it is complete.
+            manifest.append(&self.record(Status::Done, 0.0, None))?;
+            return Ok(Outcome::AlreadyDone);
+        }
+        let work = out_dir.join(format!(".{}.partial-{}", self.id, std::process::id()));
+        fs::create_dir_all(&work).map_err(folder_error(&work))?;
+        let start = Instant::now();
+        tracing::info!(
+            "item {} (line {}): {}",
+            self.id,
+            self.item.line,
+            self.item.prompt
+        );
+        let result = job(self.item, &work);
+        let seconds = start.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => {
+                relocate_report(&work, &self.final_dir);
+                fs::rename(&work, &self.final_dir).map_err(folder_error(&self.final_dir))?;
+                manifest.append(&self.record(Status::Done, seconds, None))?;
+                Ok(Outcome::Done)
+            }
+            Err(e) => {
+                let _ = fs::remove_dir_all(&work);
+                tracing::error!("item {} (line {}) failed: {e}", self.id, self.item.line);
+                manifest.append(&self.record(Status::Failed, seconds, Some(e.to_string())))?;
+                Ok(Outcome::Failed)
+            }
+        }
+    }
+
+    fn record(&self, status: Status, seconds: f64, error: Option<String>) -> Record {
+        let preview = self.final_dir.join(crate::blender::PREVIEW_FILE);
+        Record {
+            id: self.id.clone(),
+            line: self.item.line,
+            prompt: self.item.prompt.clone(),
+            status,
+            seconds,
+            error,
+            blender_preview: (status == Status::Done && preview.is_file())
+                .then(|| format!("{}/{}", self.id, crate::blender::PREVIEW_FILE)),
+        }
+    }
+}
+
+/// An I/O error on the batch folder: the batch stops (nothing more could be recorded).
+fn folder_error(path: &Path) -> impl FnOnce(std::io::Error) -> BatchError {
+    let path = path.to_path_buf();
+    move |e| BatchError::Folder {
+        path,
+        message: format!(
+            "{e}; make the batch folder writable (and free some space), then rerun to resume"
+        ),
+    }
+}
+
+/// The lock of item `id` (`.<id>.lock`); `None` when another process holds it.
+fn lock_item(out_dir: &Path, id: &str) -> Result<Option<DirLock>, BatchError> {
+    let path = out_dir.join(format!(".{id}.lock"));
+    match DirLock::try_acquire(&path, &format!("batch item {id}")) {
+        Ok(l) => Ok(Some(l)),
+        Err(LockError::Busy { .. }) => Ok(None),
+        Err(LockError::Io { source, .. }) => Err(folder_error(&path)(source)),
+    }
 }
 
 /// Removes work folders of `id` left by interrupted runs (only this item's, so other shards'

@@ -71,15 +71,16 @@ impl Batch {
                     Some(exe) => render_run(exe, dir, &blender.blender, true),
                     None => Ok(()),
                 })
-                .map_err(|e| format!("{e:#}").into())
+                .map_err(|e| super::error_line(&e).into())
         })?;
         println!(
-            "batch done: {} done, {} already done, {} failed, {} bad lines, {} for other shards",
+            "batch done: {} done, {} already done, {} failed, {} bad lines, {} for other shards, {} run by another process",
             summary.done,
             summary.skipped,
             summary.failed,
             parsed.errors.len(),
-            summary.other_shards
+            summary.other_shards,
+            summary.running_elsewhere
         );
         let code = if summary.failed > 0 || !parsed.errors.is_empty() {
             EXIT_PARTIAL

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use candle_core::Device;
 
 use super::args::ModelArgs;
-use crate::atomic::write_atomic;
+use crate::atomic::{write_atomic, OutputDir};
 use crate::batch::slug;
 use crate::clip::ClipScorer;
 use crate::device::{DeviceSpec, Precision};
@@ -91,6 +91,18 @@ impl Context {
 /// `outputs/<slug>-<seed>`, the default output folder of one prompt.
 pub(super) fn default_out(prompt: &str, seed: u64) -> PathBuf {
     PathBuf::from("outputs").join(format!("{}-{seed}", slug(prompt)))
+}
+
+/// Runs `f` on the private folder of `dir`; its errors name the final folder (`--out`), which is
+/// where the user looks, not the private one (removed on failure).
+pub(super) fn in_private<T>(
+    dir: &OutputDir,
+    f: impl FnOnce(&Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    f(dir.work()).map_err(|e| {
+        let (work, target) = (dir.work().to_string_lossy(), dir.target().to_string_lossy());
+        anyhow::Error::msg(super::error_line(&e).replace(work.as_ref(), target.as_ref()))
+    })
 }
 
 /// Creates `dir` and proves it writable before any work starts.

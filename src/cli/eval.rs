@@ -26,7 +26,11 @@ pub(super) struct Eval {
     #[arg(long, default_value_t = 3)]
     seeds: u64,
     /// Modes to compare, in table order: prior, latent, explore, sampling, both.
-    #[arg(long, value_delimiter = ',', default_value = "prior,latent,sampling,both")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "prior,latent,sampling,both"
+    )]
     modes: Vec<EvalMode>,
     /// Print JSON instead of markdown tables.
     #[arg(long)]

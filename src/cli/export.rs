@@ -7,8 +7,9 @@ use anyhow::Context as _;
 use clap::Args as ClapArgs;
 
 use super::args::ModelArgs;
-use super::context::{ensure_writable, Context};
+use super::context::{in_private, Context};
 use super::EXIT_OK;
+use crate::atomic::OutputDir;
 use crate::mesh::{self, Format};
 use crate::models::ModelKind;
 use crate::pipeline::LatentField;
@@ -27,9 +28,13 @@ pub(super) struct Export {
     /// Output formats.
     #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
     formats: Vec<Format>,
-    /// Output folder (default: the latent's folder).
+    /// Output folder (default: the latent's folder); the files are written privately and
+    /// moved in when complete.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Replace mesh files of the same names already in the output folder.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 impl Export {
@@ -42,11 +47,16 @@ impl Export {
         let out = self
             .out
             .unwrap_or_else(|| self.latent.parent().map(PathBuf::from).unwrap_or_default());
-        ensure_writable(&out)?;
-        let field = LatentField::new(&shap_e.decoder, &z)?;
-        let report = mesh::export_field(&field, &device, self.grid, &self.formats, &out, "mesh")?;
-        for f in &report.files {
-            println!("{}", f.display());
+        let names: Vec<String> = self.formats.iter().map(|f| f.file_name("mesh")).collect();
+        let dir = OutputDir::files(&out, &names, self.overwrite)?;
+        in_private(&dir, |work| {
+            let field = LatentField::new(&shap_e.decoder, &z)?;
+            mesh::export_field(&field, &device, self.grid, &self.formats, work, "mesh")?;
+            Ok(())
+        })?;
+        dir.commit()?;
+        for n in &names {
+            println!("{}", out.join(n).display());
         }
         Ok(ExitCode::from(EXIT_OK))
     }

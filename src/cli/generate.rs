@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use clap::Args as ClapArgs;
 
 use super::args::GenerateArgs;
-use super::context::{default_out, ensure_writable, Context};
+use super::context::{default_out, in_private, Context};
 use super::preview::BlenderPreviewArgs;
 use super::progress::StageBar;
 use super::EXIT_OK;
+use crate::atomic::OutputDir;
 use crate::batch::check_prompt;
 use crate::pipeline;
 
@@ -20,9 +21,13 @@ pub(super) struct Generate {
     prompt: String,
     #[command(flatten)]
     settings: GenerateArgs,
-    /// Output folder (default outputs/<slug>-<seed>).
+    /// Output folder (default outputs/<slug>-<seed>); written privately beside it and renamed
+    /// into place when complete.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Replace an existing run in the output folder (atomically, once the new one is complete).
+    #[arg(long)]
+    overwrite: bool,
     #[command(flatten)]
     blender: BlenderPreviewArgs,
 }
@@ -33,6 +38,7 @@ impl Generate {
             prompt,
             settings,
             out,
+            overwrite,
             blender,
         } = self;
         check_prompt(&prompt).map_err(anyhow::Error::msg)?;
@@ -40,11 +46,19 @@ impl Generate {
         let device = cx.open_device()?;
         let run = settings.run_settings()?;
         let out = out.unwrap_or_else(|| default_out(&prompt, settings.seed));
-        ensure_writable(&out)?;
+        let dir = OutputDir::folder(&out, overwrite)?;
         let models = cx.load_models(&settings.models, &device)?;
         let bar = StageBar::new(cx.quiet);
-        let report = pipeline::generate(&models, &prompt, &run, &out, &device, |p| bar.update(p))?;
-        bar.finish();
+        let report = in_private(&dir, |work| {
+            let report =
+                pipeline::generate(&models, &prompt, &run, work, &device, |p| bar.update(p))?;
+            bar.finish();
+            if let Some(exe) = &blender_exe {
+                super::preview::render_run(exe, work, &blender.blender, cx.quiet)?;
+            }
+            Ok(report)
+        })?;
+        dir.commit()?;
         if !cx.quiet {
             println!(
                 "{prompt:?}: CLIP cosine {:.3} → {:.3}, score {:.3} → {:.3} (best of {} steps at step {}, {} skipped) in {}",
@@ -57,9 +71,6 @@ impl Generate {
                 report.trace.skipped,
                 out.display()
             );
-        }
-        if let Some(exe) = &blender_exe {
-            super::preview::render_run(exe, &out, &blender.blender, cx.quiet)?;
         }
         Ok(ExitCode::from(EXIT_OK))
     }

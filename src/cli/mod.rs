@@ -109,6 +109,54 @@ pub fn init_tracing(args: &Args) {
         .try_init();
 }
 
+/// An error as one line: its chain of causes joined by `: `, each cause once (a cause already
+/// spelled out by the message above it is not repeated), line breaks folded into `; `.
+pub fn error_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        let text = text.trim();
+        if text.is_empty() || line.ends_with(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    if let Some(hint) = io_hint(err) {
+        if !line.contains(hint) {
+            line.push_str("; ");
+            line.push_str(hint);
+        }
+    }
+    let mut one = String::new();
+    for l in line.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !one.is_empty() {
+            one.push_str(if one.ends_with(':') { " " } else { "; " });
+        }
+        one.push_str(l);
+    }
+    one
+}
+
+/// The fix for an error caused by a full or read-only disk.
+fn io_hint(err: &anyhow::Error) -> Option<&'static str> {
+    let os = err
+        .chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .find_map(std::io::Error::raw_os_error)?;
+    match os {
+        libc::ENOSPC | libc::EDQUOT => {
+            Some("free some disk space (or choose another --out) and run again")
+        }
+        libc::EROFS => {
+            Some("make the output folder writable (or choose another --out) and run again")
+        }
+        _ => None,
+    }
+}
+
 /// Runs the parsed command and returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let cx = Context::new(args.device, args.dtype, args.log.quiet);
@@ -123,5 +171,41 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Download(c) => c.run(&cx),
         Command::Preview(c) => c.run(&cx),
         Command::RandomModels(c) => c.run(&cx),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("writing {path}: {source}")]
+    struct Embeds {
+        path: String,
+        source: std::io::Error,
+    }
+
+    /// A cause that its parent already prints (thiserror's `{source}` in the message) appears
+    /// once; multi-line messages become one line.
+    #[test]
+    fn error_line_names_each_cause_once() {
+        let io = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let e = anyhow::Error::new(Embeds {
+            path: "out/mesh.glb".into(),
+            source: io,
+        })
+        .context("exporting the mesh");
+        let line = error_line(&e);
+        assert_eq!(line.matches("out/mesh.glb").count(), 1, "{line}");
+        assert!(
+            line.starts_with("exporting the mesh: writing out/mesh.glb: No space left on device"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("free some disk space (or choose another --out) and run again"),
+            "{line}"
+        );
+        let multi = anyhow::anyhow!("3 problems:\n  a\n  b").context("loading");
+        assert_eq!(error_line(&multi), "loading: 3 problems: a; b");
     }
 }

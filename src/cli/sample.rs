@@ -1,18 +1,19 @@
 //! `clipsculpt sample`: plain Shap-E, a prior sample and its contact sheet.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use candle_core::Device;
 use clap::Args as ClapArgs;
 
 use super::args::ModelArgs;
-use super::context::{default_out, ensure_writable, Context};
+use super::context::{default_out, in_private, Context};
 use super::EXIT_OK;
-use crate::atomic::write_atomic;
+use crate::atomic::{write_atomic, OutputDir};
 use crate::autodiff::rng::Rng;
 use crate::batch::check_prompt;
-use crate::pipeline::stream;
+use crate::pipeline::{stream, Models};
 use crate::render::{contact_sheet, RenderSettings};
 use crate::shap_e::save_latent;
 
@@ -32,9 +33,13 @@ pub(super) struct Sample {
     /// Classifier-free guidance scale [default: the model's sampling.json, else 15]
     #[arg(long)]
     guidance_scale: Option<f64>,
-    /// Output folder (default outputs/<slug>-<seed>).
+    /// Output folder (default outputs/<slug>-<seed>); written privately beside it and renamed
+    /// into place when complete.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Replace an existing run in the output folder (atomically, once the new one is complete).
+    #[arg(long)]
+    overwrite: bool,
 }
 
 impl Sample {
@@ -43,19 +48,32 @@ impl Sample {
         let device = cx.open_device()?;
         let out = self
             .out
+            .clone()
             .unwrap_or_else(|| default_out(&self.prompt, self.seed));
-        ensure_writable(&out)?;
+        let dir = OutputDir::folder(&out, self.overwrite)?;
         let models = cx.load_models(&self.models, &device)?;
+        in_private(&dir, |work| self.write(&models, work, &device))?;
+        dir.commit()?;
+        println!(
+            "{}\n{}",
+            out.join("latent.safetensors").display(),
+            out.join("views.png").display()
+        );
+        Ok(ExitCode::from(EXIT_OK))
+    }
+
+    /// Samples the latent and writes it with its contact sheet into `work`.
+    fn write(&self, models: &Models, work: &Path, device: &Device) -> anyhow::Result<()> {
         let rng = Rng::new(self.seed);
         let z = models.sample(
             &self.prompt,
             self.prior_steps,
             self.guidance_scale,
             &mut rng.fork(stream::PRIOR),
-            &device,
+            device,
         )?;
-        let latent = out.join("latent.safetensors");
-        save_latent(&latent, &z)?;
+        let latent = work.join("latent.safetensors");
+        save_latent(&latent, &z).with_context(|| format!("writing {}", latent.display()))?;
         let settings = RenderSettings {
             n_coarse: 64,
             n_fine: 128,
@@ -64,9 +82,8 @@ impl Sample {
         };
         let mut preview_rng = rng.fork(stream::PREVIEW);
         let png = contact_sheet(&models.shap_e.decoder, &z, 64, &settings, &mut preview_rng)?;
-        let sheet = out.join("views.png");
+        let sheet = work.join("views.png");
         write_atomic(&sheet, &png).with_context(|| format!("writing {}", sheet.display()))?;
-        println!("{}\n{}", latent.display(), sheet.display());
-        Ok(ExitCode::from(EXIT_OK))
+        Ok(())
     }
 }

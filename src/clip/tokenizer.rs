@@ -129,7 +129,11 @@ impl ClipTokenizer {
         let mut unknown: Vec<String> = lower
             .split(|c: char| !c.is_alphabetic())
             .filter(|w| !w.is_empty())
-            .filter(|w| self.tokenizer.token_to_id(&format!("{w}{END_OF_WORD}")).is_none())
+            .filter(|w| {
+                self.tokenizer
+                    .token_to_id(&format!("{w}{END_OF_WORD}"))
+                    .is_none()
+            })
             .map(String::from)
             .collect();
         unknown.dedup();

@@ -99,9 +99,15 @@ fn sample(
 ) -> Result<(Tensor, SamplingTrace)> {
     if !s.mode.guides_sampling() {
         on_progress(Progress::Stage("sampling the prior", 0));
-        return Ok((models.run_sample(target.prompt(), s, rng, device)?, SamplingTrace::default()));
+        return Ok((
+            models.run_sample(target.prompt(), s, rng, device)?,
+            SamplingTrace::default(),
+        ));
     }
-    on_progress(Progress::Stage("guided sampling through the prior", s.prior_steps));
+    on_progress(Progress::Stage(
+        "guided sampling through the prior",
+        s.prior_steps,
+    ));
     models.guided_sample(target, s, rng, device, |step, c| {
         on_progress(Progress::Step(step, c))
     })

@@ -178,7 +178,13 @@ impl Models {
         };
         let sampling = rng.fork(stream::SAMPLING);
         Ok(guide::guided_sample(
-            &denoiser, &mut sched, &noise, &s.sampling, &loss, &sampling, on_step,
+            &denoiser,
+            &mut sched,
+            &noise,
+            &s.sampling,
+            &loss,
+            &sampling,
+            on_step,
         )?)
     }
 

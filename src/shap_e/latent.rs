@@ -1,5 +1,5 @@
 //! Latent files: one safetensors tensor named `latent`, `(B, rows, d_latent)` f32, written
-//! atomically.
+//! atomically; a latent holding NaN or inf is refused on load.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -26,7 +26,7 @@ pub fn save_latent(path: &Path, latent: &Tensor) -> Result<(), LoadError> {
         .map_err(build)?;
     let bytes = safetensors::serialize([(LATENT_KEY, &t)], None)
         .map_err(|e| build(candle_core::Error::from(e)))?;
-    write_atomic(path, &bytes).map_err(|source| LoadError::Io {
+    write_atomic(path, &bytes).map_err(|source| LoadError::Write {
         path: path.to_path_buf(),
         source,
     })
@@ -53,10 +53,28 @@ pub fn load_latent(path: &Path, device: &Device) -> Result<Tensor, LoadError> {
             reason: format!("dtype {:?} is not floating point", t.dtype()),
         });
     }
-    t.to_dtype(DType::F32).map_err(|source| LoadError::Weights {
+    let weights = |source| LoadError::Weights {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    let t = t.to_dtype(DType::F32).map_err(weights)?;
+    let bytes: Vec<u8> = t
+        .flatten_all()
+        .and_then(|f| f.to_vec1::<f32>())
+        .map_err(weights)?
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    if let Some(h) = crate::weights::finite::scan("F32", &bytes) {
+        return Err(LoadError::Latent {
+            path: path.to_path_buf(),
+            reason: format!(
+                "{} NaN or infinite value(s) (first at element {}); the file is corrupt: sample or generate the latent again",
+                h.count, h.first
+            ),
+        });
+    }
+    Ok(t)
 }
 
 #[cfg(test)]
@@ -78,5 +96,9 @@ mod tests {
         candle_core::safetensors::save(&HashMap::from([("x".to_string(), t)]), &q).unwrap();
         let err = load_latent(&q, &Device::Cpu).unwrap_err().to_string();
         assert!(err.contains("no tensor named \"latent\""), "{err}");
+        let nan = Tensor::new(&[[[1f32, f32::NAN]]], &Device::Cpu).unwrap();
+        save_latent(&p, &nan).unwrap();
+        let err = load_latent(&p, &Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains("1 NaN or infinite value(s)"), "{err}");
     }
 }

@@ -334,8 +334,8 @@ impl PriorTransformer {
         if let Some((_, cost)) = cache.as_ref().filter(|(s, _)| s == h.dims()) {
             return Ok(Some(*cost));
         }
-        let cost = measure_costs(std::slice::from_ref(block), h, &[])?
-            .and_then(|c| c.first().copied());
+        let cost =
+            measure_costs(std::slice::from_ref(block), h, &[])?.and_then(|c| c.first().copied());
         if let Some(c) = cost {
             *cache = Some((h.dims().to_vec(), c));
         }

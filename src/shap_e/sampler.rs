@@ -56,7 +56,11 @@ pub struct Denoiser<'a> {
 impl<'a> Denoiser<'a> {
     /// The denoiser for raw CLIP `text_embeds (B, dim)` with classifier-free guidance
     /// `guidance_scale` (off when ≤ 1).
-    pub fn new(prior: &'a PriorTransformer, text_embeds: &Tensor, guidance_scale: f32) -> Result<Self> {
+    pub fn new(
+        prior: &'a PriorTransformer,
+        text_embeds: &Tensor,
+        guidance_scale: f32,
+    ) -> Result<Self> {
         let batch = text_embeds.dim(0)?;
         let want = prior.config().embedding_proj_dim();
         if text_embeds.dim(1)? != want {
@@ -98,9 +102,9 @@ impl<'a> Denoiser<'a> {
         } else {
             x.clone()
         };
-        let out = self
-            .prior
-            .predict_x0(&sched.scale_model_input(&input)?, t, &self.embeds, policy)?;
+        let out =
+            self.prior
+                .predict_x0(&sched.scale_model_input(&input)?, t, &self.embeds, policy)?;
         if guided {
             let b = self.batch;
             let (u, c) = (out.narrow(0, 0, b)?, out.narrow(0, b, b)?);

@@ -174,14 +174,22 @@ impl<'a> PromptRun<'a> {
     fn score(&self, z: &Tensor) -> Result<Score> {
         let m = self.models;
         let side = self.s.guide.eval_side(m.scorer.image_size());
-        Ok(guide::score(&m.shap_e.decoder, &m.scorer, &self.target, z, side)?)
+        Ok(guide::score(
+            &m.shap_e.decoder,
+            &m.scorer,
+            &self.target,
+            z,
+            side,
+        )?)
     }
 
     /// Every mode at `seed`, pushed onto `table`.
     fn seed(&self, seed: u64, modes: &[EvalMode], table: &mut EvalTable) -> Result<()> {
         let rng = Rng::new(seed);
         let t = Instant::now();
-        let z0 = self.models.run_sample(self.prompt, self.s, &rng, self.device)?;
+        let z0 = self
+            .models
+            .run_sample(self.prompt, self.s, &rng, self.device)?;
         let prior = Judged {
             verdict: self.judge(&z0),
             latent: z0,
@@ -191,7 +199,9 @@ impl<'a> PromptRun<'a> {
         let mut sampled: Option<Judged> = None;
         for &mode in modes {
             let record = match mode {
-                EvalMode::Prior => self.record(mode, seed, prior.verdict.clone(), None, prior.seconds),
+                EvalMode::Prior => {
+                    self.record(mode, seed, prior.verdict.clone(), None, prior.seconds)
+                }
                 EvalMode::Latent | EvalMode::Explore => {
                     self.latent_run(mode, seed, &rng, &prior, prior_score, "prior sample")?
                 }
@@ -254,7 +264,9 @@ impl<'a> PromptRun<'a> {
             latent: &from.latent,
             score: Some(from_score.score),
         };
-        let guided = self.models.guide(&self.target, start, &s, rng, self.device, |_, _| {})?;
+        let guided = self
+            .models
+            .guide(&self.target, start, &s, rng, self.device, |_, _| {})?;
         let seconds = from.seconds + t.elapsed().as_secs_f64();
         let export = self.judge(&guided.latent);
         let attribution = self.latent_attribution(&guided, from, from_name)?;
@@ -263,10 +275,17 @@ impl<'a> PromptRun<'a> {
 
     /// Where the latent stage of `guided` started (the sampler's output `from`, or an
     /// exploration candidate) and what it exported.
-    fn latent_attribution(&self, guided: &Guided, from: &Judged, from_name: &str) -> Result<Attribution> {
+    fn latent_attribution(
+        &self,
+        guided: &Guided,
+        from: &Judged,
+        from_name: &str,
+    ) -> Result<Attribution> {
         let (start, start_verdict) = match guided.start.candidate {
             None => (from_name.to_string(), from.verdict.clone()),
-            Some(i) if i < guided.start.bank_size => (format!("bank {i}"), self.judge(&guided.start_latent)),
+            Some(i) if i < guided.start.bank_size => {
+                (format!("bank {i}"), self.judge(&guided.start_latent))
+            }
             Some(i) => (
                 format!("completion {}", i - guided.start.bank_size),
                 self.judge(&guided.start_latent),
@@ -274,7 +293,9 @@ impl<'a> PromptRun<'a> {
         };
         let trace = &guided.trace;
         let score_at = |step: usize| trace.evals.iter().find(|e| e.0 == step).map(|e| e.1);
-        let scores = score_at(0).zip(score_at(trace.best_step)).map(|(a, b)| [a, b]);
+        let scores = score_at(0)
+            .zip(score_at(trace.best_step))
+            .map(|(a, b)| [a, b]);
         Ok(Attribution {
             start,
             start_verdict,

@@ -107,9 +107,10 @@ impl EvalRecord {
 
     /// Whether the start's verdict was right, for guided modes.
     pub fn start_right(&self) -> Option<bool> {
-        self.attribution
-            .as_ref()
-            .map(|a| a.start_verdict.right(self.expected_shape, self.expected_colour))
+        self.attribution.as_ref().map(|a| {
+            a.start_verdict
+                .right(self.expected_shape, self.expected_colour)
+        })
     }
 }
 
@@ -275,12 +276,33 @@ impl EvalTable {
                 seen.runs,
                 num(held_out.mean_iou, 3),
                 num(seen.mean_iou, 3),
-                pct(both_mean(held_out.one_piece, seen.one_piece, held_out.runs, seen.runs)),
-                guided(held_out.wrong_to_right + seen.wrong_to_right, &held_out, &seen),
-                guided(held_out.right_to_wrong + seen.right_to_wrong, &held_out, &seen),
+                pct(both_mean(
+                    held_out.one_piece,
+                    seen.one_piece,
+                    held_out.runs,
+                    seen.runs
+                )),
+                guided(
+                    held_out.wrong_to_right + seen.wrong_to_right,
+                    &held_out,
+                    &seen
+                ),
+                guided(
+                    held_out.right_to_wrong + seen.right_to_wrong,
+                    &held_out,
+                    &seen
+                ),
                 guided(held_out.moved + seen.moved, &held_out, &seen),
                 num(both_mean(held_out.mean_gain, seen.mean_gain, 1, 1), 3),
-                num(both_mean(held_out.seconds_per_run, seen.seconds_per_run, held_out.runs, seen.runs), 2),
+                num(
+                    both_mean(
+                        held_out.seconds_per_run,
+                        seen.seconds_per_run,
+                        held_out.runs,
+                        seen.runs
+                    ),
+                    2
+                ),
             ));
         }
         out
@@ -344,7 +366,11 @@ fn summarise(records: Vec<&EvalRecord>) -> SplitSummary {
         runs: records.len(),
         runs_right: count(&|r| r.right()),
         objects: Share::new(objects_right, by_object.len()),
-        mean_iou: mean(records.iter().filter_map(|r| r.export.shape_iou.map(f64::from))),
+        mean_iou: mean(
+            records
+                .iter()
+                .filter_map(|r| r.export.shape_iou.map(f64::from)),
+        ),
         one_piece: mean(judged().map(|r| f64::from(u8::from(r.export.components == Some(1))))),
         failed: count(&|r| r.export.error.is_some()),
         wrong_to_right: count(&|r| r.start_right() == Some(false) && r.right()),
@@ -381,7 +407,13 @@ mod tests {
         }))
     }
 
-    fn record(prompt: &str, mode: &str, seed: u64, export: Verdict, start: Option<Verdict>) -> EvalRecord {
+    fn record(
+        prompt: &str,
+        mode: &str,
+        seed: u64,
+        export: Verdict,
+        start: Option<Verdict>,
+    ) -> EvalRecord {
         let (expected_shape, expected_colour) = EvalTable::expected(prompt).unwrap();
         EvalRecord {
             prompt: prompt.into(),
@@ -405,19 +437,38 @@ mod tests {
     #[test]
     fn counts_objects_attribution_and_splits() {
         let mut t = EvalTable::new();
-        let (cube, cone) = (verdict(Shape::Cube, Colour::Red), verdict(Shape::Cone, Colour::Red));
+        let (cube, cone) = (
+            verdict(Shape::Cube, Colour::Red),
+            verdict(Shape::Cone, Colour::Red),
+        );
         // Seen "a red cube": right on both seeds in both modes.
         for seed in [0, 1] {
             t.push(record("a red cube", "prior", seed, cube.clone(), None));
-            t.push(record("a red cube", "latent", seed, cube.clone(), Some(cube.clone())));
+            t.push(record(
+                "a red cube",
+                "latent",
+                seed,
+                cube.clone(),
+                Some(cube.clone()),
+            ));
         }
         // Held-out "a green sphere": the prior is wrong; guidance fixes seed 0 only, so the object
         // is not right on most seeds.
         let sphere = verdict(Shape::Sphere, Colour::Green);
         for seed in [0, 1] {
             t.push(record("a green sphere", "prior", seed, cone.clone(), None));
-            let export = if seed == 0 { sphere.clone() } else { cone.clone() };
-            t.push(record("a green sphere", "latent", seed, export, Some(cone.clone())));
+            let export = if seed == 0 {
+                sphere.clone()
+            } else {
+                cone.clone()
+            };
+            t.push(record(
+                "a green sphere",
+                "latent",
+                seed,
+                export,
+                Some(cone.clone()),
+            ));
         }
         let s = t.summary();
         assert_eq!(t.modes(), vec!["prior", "latent"]);
@@ -425,14 +476,26 @@ mod tests {
         assert_eq!((latent.seen.objects.right, latent.seen.objects.of), (1, 1));
         assert_eq!((latent.held_out.runs_right, latent.held_out.runs), (1, 2));
         assert_eq!(latent.held_out.objects.right, 0);
-        assert_eq!((latent.held_out.wrong_to_right, latent.held_out.right_to_wrong), (1, 0));
+        assert_eq!(
+            (
+                latent.held_out.wrong_to_right,
+                latent.held_out.right_to_wrong
+            ),
+            (1, 0)
+        );
         assert_eq!((latent.held_out.moved, latent.held_out.guided), (1, 2));
         assert_eq!(s["prior"].held_out.guided, 0);
         let md = t.to_markdown();
-        assert!(md.contains("| latent | 0/1 (0–79 %) | 1/1 (21–100 %) | 1/2 | 2/2 |"), "{md}");
+        assert!(
+            md.contains("| latent | 0/1 (0–79 %) | 1/1 (21–100 %) | 1/2 | 2/2 |"),
+            "{md}"
+        );
         assert!(md.contains("| 1/4 | 0/4 | 1/4 |"), "{md}");
         let json: serde_json::Value = serde_json::from_str(&t.to_json().unwrap()).unwrap();
-        assert_eq!(json["records"][1]["attribution"]["start_verdict"]["shape"], "cube");
+        assert_eq!(
+            json["records"][1]["attribution"]["start_verdict"]["shape"],
+            "cube"
+        );
         assert!(EvalTable::expected("a wooden chair").is_err());
     }
 

@@ -556,7 +556,10 @@ fn train_prior_only(
     let text_weights = shap_e_dir.join("text_encoder").join("model.safetensors");
     let read = |p: &Path| -> Result<String> {
         std::fs::read_to_string(p).map_err(|e| {
-            msg(format!("--only-prior trains into an existing world: {}: {e}", p.display()))
+            msg(format!(
+                "--only-prior trains into an existing world: {}: {e}",
+                p.display()
+            ))
         })
     };
     let prior_cfg: PriorConfig =
@@ -567,7 +570,11 @@ fn train_prior_only(
     .map_err(msg)?;
     let clip_cfg: ClipConfig = serde_json::from_value(toy_clip_json(&s.clip)).map_err(msg)?;
     let text_model = ClipTextModelWithProjection::new(
-        VarBuilder::from_tensors(candle_core::safetensors::load(&text_weights, dev)?, DType::F32, dev),
+        VarBuilder::from_tensors(
+            candle_core::safetensors::load(&text_weights, dev)?,
+            DType::F32,
+            dev,
+        ),
         &clip_cfg.text_config,
         clip_cfg.projection_dim,
     )?;
@@ -598,7 +605,12 @@ fn train_prior_only(
         scorer_loss: curve("scorer_loss"),
         scorer_accuracy: serde_json::from_value(earlier["scorer_accuracy"].clone())
             .unwrap_or_default(),
-        seconds: [seconds(0), seconds(1), t.elapsed().as_secs_f64(), seconds(3)],
+        seconds: [
+            seconds(0),
+            seconds(1),
+            t.elapsed().as_secs_f64(),
+            seconds(3),
+        ],
     };
     let before: serde_json::Value = std::fs::read_to_string(out.join("MANIFEST.json"))
         .ok()
@@ -686,7 +698,11 @@ fn command_line(s: &ToyTrainSettings) -> String {
         c.push_str(&format!(" --scorer-size {}", sc.render_size));
     }
     if s.held_out != HELD_OUT {
-        let held: Vec<String> = s.held_out.iter().map(|&(sh, col)| caption(sh, col)).collect();
+        let held: Vec<String> = s
+            .held_out
+            .iter()
+            .map(|&(sh, col)| caption(sh, col))
+            .collect();
         c.push_str(&format!(" --held-out '{}'", held.join(",")));
     }
     c

@@ -208,8 +208,8 @@ pub fn held_out_split(shap_e_dir: &std::path::Path) -> Result<Vec<(Shape, Colour
     if !path.is_file() {
         return Ok(HELD_OUT.to_vec());
     }
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     parse_split(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 

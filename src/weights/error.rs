@@ -21,6 +21,15 @@ pub enum LoadError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A file could not be written. Shows only the OS error: the writer's caller names the file
+    /// once, in its own context ("writing X").
+    #[error("{source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// A config file is not valid JSON or has a bad value.
     #[error("invalid config {path}: {source}")]
     Config {
@@ -64,6 +73,18 @@ pub enum LoadError {
         expected: u64,
         /// Size on disk.
         actual: u64,
+    },
+    /// A tensor holds NaN or infinite values.
+    #[error("weights file {path}: tensor {tensor} holds {count} NaN or infinite value(s) (first at element {first}); the file is corrupt: download or export it again")]
+    NonFinite {
+        /// The weights file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// How many values are not finite.
+        count: usize,
+        /// Element index of the first.
+        first: usize,
     },
     /// The weights file is not a valid safetensors file.
     #[error("invalid safetensors file {path}: {reason}")]

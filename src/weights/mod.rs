@@ -5,7 +5,8 @@
 
 mod backend;
 mod error;
-pub(crate) mod files;
+pub mod files;
+pub mod finite;
 mod problem;
 mod weight_file;
 

@@ -10,7 +10,10 @@ use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
+use rayon::prelude::*;
+
 use super::error::LoadError;
+use super::finite::{self, NonFinite};
 
 #[derive(Debug, Deserialize)]
 struct HeaderEntry {
@@ -33,6 +36,19 @@ pub(crate) struct WeightFile {
     /// Name → (dtype as safetensors writes it, shape).
     pub(super) header: HashMap<String, (String, Vec<usize>)>,
     data: Data,
+}
+
+/// The non-finite values of an in-memory tensor (read as f32).
+fn scan_tensor(t: &Tensor) -> Option<NonFinite> {
+    let bytes: Vec<u8> = t
+        .to_dtype(DType::F32)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())
+        .ok()?
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    finite::scan("F32", &bytes)
 }
 
 pub(super) fn is_float_name(dtype: &str) -> bool {
@@ -84,7 +100,9 @@ impl WeightFile {
                 tensors.insert(name, t);
             }
         }
-        Ok(Self::from_tensors(path, tensors))
+        let w = Self::from_tensors(path, tensors);
+        w.check_finite()?;
+        Ok(w)
     }
 
     fn open_safetensors(path: &Path) -> Result<Self, LoadError> {
@@ -130,18 +148,47 @@ impl WeightFile {
             data_end = data_end.max(e.data_offsets[1]);
             header.insert(name, (e.dtype, e.shape));
         }
-        let expected = 8 + n + data_end;
+        // Saturating: offsets near u64::MAX (a corrupt header) must read as "truncated", not overflow.
+        let expected = (8 + n).saturating_add(data_end);
         if actual < expected {
             return Err(truncated(expected, actual));
         }
         // SAFETY: the file is mapped read-only; like every mmap-based loader we rely on it not
         // being truncated or rewritten while the model loads (its size was just checked).
         let file = unsafe { MmapedSafetensors::new(path) }.map_err(|e| corrupt(e.to_string()))?;
-        Ok(Self {
+        let w = Self {
             path: path.to_path_buf(),
             header,
             data: Data::Mmap(file),
-        })
+        };
+        w.check_finite()?;
+        Ok(w)
+    }
+
+    /// Refuses NaN or infinite values in any float tensor, naming the first such tensor (in
+    /// name order). Safetensors files are scanned in their mapped bytes; in-memory tensors after
+    /// conversion to f32.
+    pub fn check_finite(&self) -> Result<(), LoadError> {
+        let mut names: Vec<&String> = self.float_keys().collect();
+        names.sort();
+        let found = names.par_iter().find_map_first(|name| {
+            let hit = match &self.data {
+                Data::Mmap(f) => f.get(name).ok().and_then(|v| {
+                    finite::scan(&self.header[*name].0, v.data()) // ok: `name` is a header key
+                }),
+                Data::Memory(m) => m.get(*name).and_then(scan_tensor),
+            };
+            hit.map(|h| (name.to_string(), h))
+        });
+        match found {
+            None => Ok(()),
+            Some((tensor, h)) => Err(LoadError::NonFinite {
+                path: self.path.clone(),
+                tensor,
+                count: h.count,
+                first: h.first,
+            }),
+        }
     }
 
     /// The file this was read from.

@@ -1,0 +1,7 @@
+//! Fuzz target `prompts`: see `harness::prompts`.
+#![no_main]
+
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::prompts(data));
