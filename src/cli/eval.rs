@@ -11,7 +11,7 @@ use super::context::Context;
 use super::progress::progress;
 use super::EXIT_OK;
 use crate::batch::parse_prompt_file;
-use crate::toy::world::held_out_split;
+use crate::toy::split::held_out_split;
 use crate::toy::{caption, evaluate, EvalMode, EvalPlan};
 
 /// Toy-world evaluation: shape/colour accuracy per guidance mode, seen vs held-out, with the

@@ -10,8 +10,8 @@ use clap::Args as ClapArgs;
 use super::context::{ensure_writable, Context};
 use super::progress::{progress, spinner};
 use super::EXIT_OK;
+use crate::toy::split::parse_split;
 use crate::toy::train::{train_toy, ToyTrainSettings, TrainLog, TrainProgress, LOG_FILE};
-use crate::toy::world::parse_split;
 
 /// Train the embedded toy world (decoder, CLIP, prior) from a seed into a folder.
 #[derive(Debug, ClapArgs)]

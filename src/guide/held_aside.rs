@@ -15,9 +15,9 @@ use crate::shap_e::Decoder;
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Score {
     /// Minus the CLIP term ([`Target::term`]): higher is better; the bare cosine without negatives.
-    pub(crate) score: f32,
+    pub score: f32,
     /// Mean cosine to the prompt.
-    pub(crate) cosine: f32,
+    pub cosine: f32,
 }
 
 /// A latent to start from, with its held-aside score ([`score`] at

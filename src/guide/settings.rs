@@ -109,7 +109,7 @@ impl GuideSettings {
     }
 
     /// Side of the held-aside views for a scoring CLIP of input side `clip_side`.
-    pub(crate) fn eval_side(&self, clip_side: usize) -> usize {
+    pub fn eval_side(&self, clip_side: usize) -> usize {
         if self.eval_resolution == 0 {
             clip_side.max(32)
         } else {

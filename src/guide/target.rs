@@ -123,7 +123,7 @@ impl Target {
     }
 
     /// Number of negatives in use.
-    pub(crate) fn negatives(&self) -> usize {
+    pub fn negatives(&self) -> usize {
         self.negatives
             .as_ref()
             .and_then(|n| n.dim(0).ok())

@@ -36,7 +36,7 @@ pub struct Models {
     /// The prior's CLIP text tower.
     pub(crate) text_encoder: ClipTextModelWithProjection,
     /// Its tokenizer.
-    pub(crate) tokenizer: ClipTokenizer,
+    pub tokenizer: ClipTokenizer,
     /// The scoring CLIP (guidance).
     pub scorer: ClipScorer,
     /// An optional held-out CLIP that scores the result but never guides it.

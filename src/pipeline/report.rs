@@ -58,7 +58,7 @@ pub struct StagePeakBytes {
     /// Loading the models (once per process).
     pub loading: u64,
     /// Text conditioning and prior sampling.
-    pub(crate) sampling: u64,
+    pub sampling: u64,
     /// The before/after scores (the larger of the two).
     pub(crate) scoring: u64,
     /// CLIP-guided optimization.

@@ -21,6 +21,7 @@ pub mod fit_decoder;
 pub mod random;
 pub mod render;
 pub(crate) mod report;
+pub mod split;
 pub(crate) mod tokenizer;
 pub(crate) mod train;
 pub(crate) mod train_clip;

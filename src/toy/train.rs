@@ -24,9 +24,10 @@ use super::random::{
     save_tensors, toy_clip_config, varmap_tensors, write_random_shap_e, ShapESizes,
 };
 use super::render::DensityModel;
+use super::split::HELD_OUT_FILE;
 use super::train_clip::{train_clip, ClipTrainSettings};
 use super::train_prior::{train_prior, PriorTrainSettings, PriorTraining};
-use super::world::{combinations, Colour, Shape, WorldObject, HELD_OUT, HELD_OUT_FILE};
+use super::world::{combinations, Colour, Shape, WorldObject, HELD_OUT};
 use crate::atomic::write_atomic;
 use crate::clip::tokenizer::SpecialTokens;
 use crate::clip::{ClipConfig, ClipTextModelWithProjection, ClipTokenizer};
