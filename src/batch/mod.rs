@@ -8,7 +8,7 @@ mod runner;
 mod shard;
 
 pub use manifest::ManifestLines;
-pub use prompts::{check_prompt, parse_prompt_bytes, BatchError, PromptFile};
+pub use prompts::{check_prompt, parse_prompt_bytes, BatchError, PromptFile, PromptItem};
 pub(crate) use prompts::{parse_prompt_file, slug};
 pub(crate) use runner::run_batch;
 pub(crate) use shard::Shard;

@@ -8,11 +8,11 @@ use serde::Deserialize;
 
 /// One prompt of a batch.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct PromptItem {
+pub struct PromptItem {
     /// 1-based line number in the file.
     pub(crate) line: usize,
     /// The prompt text.
-    pub(crate) prompt: String,
+    pub prompt: String,
     /// Per-item seed (else the batch's).
     pub(crate) seed: Option<u64>,
     /// Per-item optimization steps (else the batch's).
@@ -23,7 +23,7 @@ pub(crate) struct PromptItem {
 
 impl PromptItem {
     /// The item's stable id: its output folder name and manifest key (`name`, else slug + line).
-    pub(crate) fn id(&self, seed: u64) -> String {
+    pub fn id(&self, seed: u64) -> String {
         match &self.name {
             Some(n) => slug(n),
             None => format!(
@@ -40,9 +40,9 @@ impl PromptItem {
 #[derive(Debug, Default)]
 pub struct PromptFile {
     /// Items in file order.
-    pub(crate) items: Vec<PromptItem>,
+    pub items: Vec<PromptItem>,
     /// Lines that could not be read, with the reason.
-    pub(crate) errors: Vec<BatchError>,
+    pub errors: Vec<BatchError>,
 }
 
 /// Errors of batch inputs and bookkeeping.

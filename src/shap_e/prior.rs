@@ -146,6 +146,9 @@ pub fn timestep_features(
     Tensor::from_vec(v, (t.len(), dim), dev)?.to_dtype(dtype)
 }
 
+/// A block's measured cost and the input shape it was measured at.
+type MeasuredCost = (Vec<usize>, BlockCost);
+
 /// The Shap-E prior transformer.
 #[derive(Debug, Clone)]
 pub struct PriorTransformer {
@@ -160,7 +163,7 @@ pub struct PriorTransformer {
     proj_to_clip_embeddings: Linear,
     cfg: PriorConfig,
     /// One block's measured memory cost and the input shape it was measured at (budget plans).
-    block_costs: Arc<Mutex<Option<(Vec<usize>, BlockCost)>>>,
+    block_costs: Arc<Mutex<Option<MeasuredCost>>>,
 }
 
 impl PriorTransformer {

@@ -27,7 +27,7 @@ pub struct Loaded<T> {
 impl WeightFile {
     /// Runs `build` on a checking backend with tensors of `dtype`; returns all tensor problems at
     /// once if there are any, else the model and the float keys it did not read.
-    pub(crate) fn build<T>(
+    pub fn build<T>(
         self,
         dtype: DType,
         device: &Device,

@@ -14,4 +14,4 @@ pub(crate) use backend::{count_parameters, Loaded};
 pub use error::LoadError;
 pub(crate) use files::find_weights;
 pub use problem::TensorProblem;
-pub(crate) use weight_file::WeightFile;
+pub use weight_file::WeightFile;

@@ -31,7 +31,7 @@ enum Data {
 }
 
 /// A validated weight file: its header (name → dtype, shape) and its data.
-pub(crate) struct WeightFile {
+pub struct WeightFile {
     path: PathBuf,
     /// Name → (dtype as safetensors writes it, shape).
     pub(super) header: HashMap<String, (String, Vec<usize>)>,
