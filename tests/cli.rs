@@ -84,6 +84,8 @@ fn download_offline_without_cache_names_the_fix() {
 
 /// Settings that make one item take about a second on the embedded default.
 const FAST: &[&str] = &[
+    "--guide",
+    "latent",
     "--steps",
     "2",
     "--prior-steps",
@@ -296,10 +298,10 @@ fn batch_resumes_after_a_kill_and_reports_bad_lines() {
     assert!(out.join("sphere").join("mesh.glb").is_file());
 }
 
-/// `eval` runs prior-only and guided generations of toy captions and prints both tables, split
-/// into seen and held-out combinations.
+/// `eval` runs every default mode on toy captions and prints one table, a row per mode, with the
+/// negatives and the held-out split it used.
 #[test]
-fn eval_prints_prior_and_guided_tables() {
+fn eval_prints_one_table_of_modes() {
     let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/toy-heldout.txt");
     let o = clipsculpt(
         &[
@@ -323,9 +325,17 @@ fn eval_prints_prior_and_guided_tables() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Negatives: none"), "{out}");
     assert!(
-        out.contains("## Prior only") && out.contains("## Guided (1 steps)"),
+        out.contains("Held out of the prior: a green sphere,"),
         "{out}"
     );
-    assert!(out.contains("| held-out | 6 |"), "{out}");
+    for mode in ["prior", "latent", "sampling", "both"] {
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(&format!("| {mode} |")))
+            .unwrap_or_else(|| panic!("no {mode} row: {out}"));
+        // Six held-out objects, no seen ones in this prompt file.
+        assert!(row.contains("/6 (") && row.contains("| – |"), "{row}");
+    }
 }

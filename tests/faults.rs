@@ -15,6 +15,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_clipsculpt");
 
 /// Settings that make one run take about a second on the embedded default.
 const FAST: &[&str] = &[
+    "--guide",
+    "latent",
     "--steps",
     "2",
     "--prior-steps",
