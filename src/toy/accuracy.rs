@@ -196,7 +196,11 @@ impl<'a> PromptRun<'a> {
             seconds: t.elapsed().as_secs_f64(),
         };
         let prior_score = self.score(&prior.latent)?;
-        let mut sampled: Option<Judged> = None;
+        let guides = |m: &EvalMode| matches!(m, EvalMode::Sampling | EvalMode::Both);
+        let sampled = match modes.iter().any(guides) {
+            true => Some(self.sampling_run(&rng)?),
+            false => None,
+        };
         for &mode in modes {
             let record = match mode {
                 EvalMode::Prior => {
@@ -206,11 +210,9 @@ impl<'a> PromptRun<'a> {
                     self.latent_run(mode, seed, &rng, &prior, prior_score, "prior sample")?
                 }
                 EvalMode::Sampling | EvalMode::Both => {
-                    if sampled.is_none() {
-                        sampled = Some(self.sampling_run(&rng)?);
-                    }
-                    // ok: set just above.
-                    let guided = sampled.as_ref().expect("guided sample");
+                    let guided = sampled
+                        .as_ref()
+                        .ok_or_else(|| anyhow::anyhow!("no guided sample for {mode} (bug)"))?;
                     if mode == EvalMode::Sampling {
                         let score = self.score(&guided.latent)?;
                         let attribution = Attribution {
