@@ -590,34 +590,10 @@ fn train_prior_only(
         dev,
         &mut on_progress,
     )?;
-    let earlier = earlier_log(out);
-    let curve = |key: &str| -> Vec<f32> {
-        serde_json::from_value(earlier[key].clone()).unwrap_or_default()
-    };
-    let seconds = |i: usize| earlier["seconds"][i].as_f64().unwrap_or(0.0);
-    let log = TrainLog {
-        settings: s.clone(),
-        decoder_loss: curve("decoder_loss"),
-        decoder_refits: serde_json::from_value(earlier["decoder_refits"].clone())
-            .unwrap_or_default(),
-        clip_loss: curve("clip_loss"),
-        clip_accuracy: serde_json::from_value(earlier["clip_accuracy"].clone()).unwrap_or_default(),
-        prior_loss: prior.losses,
-        scorer_loss: curve("scorer_loss"),
-        scorer_accuracy: serde_json::from_value(earlier["scorer_accuracy"].clone())
-            .unwrap_or_default(),
-        seconds: [
-            seconds(0),
-            seconds(1),
-            t.elapsed().as_secs_f64(),
-            seconds(3),
-        ],
-    };
-    let before: serde_json::Value = std::fs::read_to_string(out.join("MANIFEST.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
-    finish(out, s, &log, before["command"].as_str())?;
+    let mut log = kept_log(out, s);
+    log.prior_loss = prior.losses;
+    log.seconds[2] = t.elapsed().as_secs_f64();
+    finish_kept(out, s, &log)?;
     Ok(log)
 }
 
@@ -632,7 +608,6 @@ fn train_scorer_only(
     let Some(sc) = &s.scorer else {
         candle_core::bail!("--only-scorer needs scoring-CLIP settings");
     };
-    let earlier = earlier_log(out);
     for needed in [
         LATENTS_FILE,
         "shap_e/prior/diffusion_pytorch_model.safetensors",
@@ -644,9 +619,6 @@ fn train_scorer_only(
             );
         }
     }
-    let curve = |key: &str| -> Vec<f32> {
-        serde_json::from_value(earlier[key].clone()).unwrap_or_default()
-    };
     let density = DensityModel {
         sharpness: s.decoder.sharpness,
         density: s.decoder.density,
@@ -660,25 +632,42 @@ fn train_scorer_only(
         dev,
         &mut on_progress,
     )?;
+    let mut log = kept_log(out, s);
+    (log.scorer_loss, log.scorer_accuracy) = (clip.loss, clip.accuracy);
+    log.seconds[3] = clip.seconds;
+    finish_kept(out, s, &log)?;
+    Ok(log)
+}
+
+/// The training log of the world in `out` as its earlier run left it (curves and seconds of
+/// every stage), with settings `s`: a run that retrains one stage overwrites that stage's fields.
+fn kept_log(out: &Path, s: &ToyTrainSettings) -> TrainLog {
+    let earlier = earlier_log(out);
+    fn field<T: serde::de::DeserializeOwned + Default>(v: &serde_json::Value, key: &str) -> T {
+        serde_json::from_value(v[key].clone()).unwrap_or_default()
+    }
     let seconds = |i: usize| earlier["seconds"][i].as_f64().unwrap_or(0.0);
-    let log = TrainLog {
+    TrainLog {
         settings: s.clone(),
-        decoder_loss: curve("decoder_loss"),
-        decoder_refits: serde_json::from_value(earlier["decoder_refits"].clone())
-            .unwrap_or_default(),
-        clip_loss: curve("clip_loss"),
-        clip_accuracy: serde_json::from_value(earlier["clip_accuracy"].clone()).unwrap_or_default(),
-        prior_loss: curve("prior_loss"),
-        scorer_loss: clip.loss,
-        scorer_accuracy: clip.accuracy,
-        seconds: [seconds(0), seconds(1), seconds(2), clip.seconds],
-    };
+        decoder_loss: field(&earlier, "decoder_loss"),
+        decoder_refits: field(&earlier, "decoder_refits"),
+        clip_loss: field(&earlier, "clip_loss"),
+        clip_accuracy: field(&earlier, "clip_accuracy"),
+        prior_loss: field(&earlier, "prior_loss"),
+        scorer_loss: field(&earlier, "scorer_loss"),
+        scorer_accuracy: field(&earlier, "scorer_accuracy"),
+        seconds: [seconds(0), seconds(1), seconds(2), seconds(3)],
+    }
+}
+
+/// [`finish`] for a run that retrained one stage of the world in `out`: the manifest records the
+/// earlier command whose other stages were kept.
+fn finish_kept(out: &Path, s: &ToyTrainSettings, log: &TrainLog) -> Result<()> {
     let before: serde_json::Value = std::fs::read_to_string(out.join("MANIFEST.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default();
-    finish(out, s, &log, before["command"].as_str())?;
-    Ok(log)
+    finish(out, s, log, before["command"].as_str())
 }
 
 /// The command line that reproduces `s`.
