@@ -229,6 +229,46 @@ fn generate_writes_every_output() {
     );
 }
 
+/// The toy prior's "a black torus" has no surface: unguided, `generate` still writes the latents, the previews
+/// and a report that says why there is no mesh, and exits with 3.
+#[test]
+fn a_latent_without_surface_keeps_its_outputs() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("black-torus");
+    let o = clipsculpt(
+        &[
+            "-q",
+            "generate",
+            "a black torus",
+            "--guide",
+            "off",
+            "--grid",
+            "32",
+            "--preview-size",
+            "8",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no mesh: no surface"), "{}", stderr(&o));
+    for f in [
+        "latent.safetensors",
+        "latent_prior.safetensors",
+        "preview.png",
+        "preview_prior.png",
+        "report.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    assert!(!out.join("mesh.glb").exists());
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert!(report["mesh"].is_null());
+    assert!(report["no_mesh"].as_str().unwrap().contains("no surface"));
+}
+
 fn manifest_ids(out: &std::path::Path) -> Vec<String> {
     let text = std::fs::read_to_string(out.join("manifest.jsonl")).unwrap_or_default();
     text.lines()

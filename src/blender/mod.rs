@@ -27,7 +27,7 @@ use std::process::Command;
 use std::str::FromStr;
 use std::time::Duration;
 
-pub(crate) use error::BlenderError;
+pub use error::BlenderError;
 pub use locate::{Lookup, BLENDER_ENV};
 pub use pixels::{object_pixels, ObjectPixels};
 
@@ -138,7 +138,7 @@ pub struct PreviewReport {
     /// Files and folders written into the output folder, [`PREVIEW_FILE`] first.
     pub files: Vec<PathBuf>,
     /// Seconds Blender ran (start, import, render, save).
-    pub(crate) seconds: f64,
+    pub seconds: f64,
     /// The script's [`STATS_FILE`].
     pub stats: serde_json::Value,
 }

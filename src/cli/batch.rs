@@ -67,6 +67,10 @@ impl Batch {
                 s.guide.steps = steps;
             }
             pipeline::generate(&models, &item.prompt, &s, dir, &device, |_| {})
+                .and_then(|report| match report.no_mesh {
+                    Some(reason) => Err(anyhow::anyhow!("no mesh: {reason}")),
+                    None => Ok(()),
+                })
                 .and_then(|_| match &blender_exe {
                     Some(exe) => render_run(exe, dir, &blender.blender, true),
                     None => Ok(()),

@@ -9,7 +9,7 @@ use super::args::GenerateArgs;
 use super::context::{default_out, in_private, Context};
 use super::preview::BlenderPreviewArgs;
 use super::progress::StageBar;
-use super::EXIT_OK;
+use super::{EXIT_NO_MESH, EXIT_OK};
 use crate::atomic::OutputDir;
 use crate::batch::check_prompt;
 use crate::pipeline;
@@ -59,6 +59,13 @@ impl Generate {
             Ok(report)
         })?;
         dir.commit()?;
+        if let Some(reason) = &report.no_mesh {
+            eprintln!(
+                "error: {prompt:?}: no mesh: {reason}; the latents, previews and report.json are in {}",
+                out.display()
+            );
+            return Ok(ExitCode::from(EXIT_NO_MESH));
+        }
         if !cx.quiet {
             println!(
                 "{prompt:?}: CLIP cosine {:.3} → {:.3}, score {:.3} → {:.3} (best of {} steps at step {}, {} skipped) in {}",

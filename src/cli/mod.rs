@@ -32,12 +32,15 @@ pub(crate) const EXIT_OK: u8 = 0;
 pub(crate) const EXIT_PARTIAL: u8 = 1;
 /// Exit code: usage or setup error; nothing was produced.
 pub const EXIT_SETUP: u8 = 2;
+/// Exit code: `generate` wrote its latents, previews and `report.json`, but the latent has no surface to mesh.
+pub(crate) const EXIT_NO_MESH: u8 = 3;
 
 /// Text prompt → 3D mesh (GLB, PLY, OBJ) via a Shap-E prior and CLIP-guided optimization.
 #[derive(Debug, Parser)]
 #[command(name = "clipsculpt", version, about, long_about = None)]
 #[command(
-    after_help = "Exit codes: 0 success, 1 some batch items failed, 2 usage or setup error.\n\
+    after_help = "Exit codes: 0 success, 1 some batch items failed, 2 usage or setup error,\n\
+3 generate found no surface to mesh (latents, previews and report.json written).\n\
 Environment: RUST_LOG (log filter), HF_HOME (hub cache), HF_HUB_OFFLINE=1 (cache only),\n\
 SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX (default --shard for batch),\n\
 BLENDER (the Blender executable for previews)."

@@ -118,9 +118,9 @@ impl Default for ExportSettings {
 #[derive(Debug, Clone)]
 pub struct ExportReport {
     /// Files written, in the order of the requested formats.
-    pub(crate) files: Vec<PathBuf>,
+    pub files: Vec<PathBuf>,
     /// Quality measures of the mesh (watertight, volume, Euler χ…).
-    pub(crate) stats: MeshStats,
+    pub stats: MeshStats,
     /// Memory right before grid sampling.
     pub(crate) memory_before: MemoryReport,
     /// Seconds spent sampling the grid, extracting the surface, colouring the vertices and writing files.

@@ -25,7 +25,7 @@ pub struct MeshStats {
     /// Vertex count.
     pub vertices: usize,
     /// Triangle count.
-    pub(crate) faces: usize,
+    pub faces: usize,
     /// Distinct undirected edges.
     pub edges: usize,
     /// Edges used by exactly one face (holes).
@@ -52,7 +52,7 @@ pub struct MeshStats {
 
 impl MeshStats {
     /// Closed and edge-manifold: every edge is shared by exactly two faces.
-    pub(crate) fn is_watertight(&self) -> bool {
+    pub fn is_watertight(&self) -> bool {
         self.boundary_edges == 0 && self.non_manifold_edges == 0
     }
 

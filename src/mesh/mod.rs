@@ -38,6 +38,7 @@ pub(crate) mod raster;
 pub mod shapes;
 pub mod tables;
 
+pub use error::ExportError;
 pub use export::{
     export_field, export_field_with, write_all, ExportReport, ExportSettings, Format,
 };

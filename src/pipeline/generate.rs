@@ -15,7 +15,7 @@ use super::stream;
 use crate::atomic::write_atomic;
 use crate::autodiff::rng::Rng;
 use crate::guide::{self, SamplingTrace, Score, Target};
-use crate::mesh::{self, ExportReport};
+use crate::mesh::{self, ExportError, ExportReport};
 use crate::render::{contact_sheet, preview_settings};
 use crate::shap_e::{save_latent, Decoder};
 
@@ -71,10 +71,11 @@ pub fn generate(
     })?);
     let field = LatentField::new(&models.shap_e.decoder, z)?;
     let export = stages.run(stage::EXPORT, || {
-        mesh::export_field(&field, device, s.grid, &s.formats, out_dir, "mesh")
-            .with_context(|| format!("exporting the mesh of {prompt:?}"))
+        export_mesh(&field, s, device, out_dir, prompt)
     })?;
-    files.extend(export.files.iter().cloned());
+    if let Ok(export) = &export {
+        files.extend(export.files.iter().cloned());
+    }
     let outcome = Outcome {
         before,
         after,
@@ -85,6 +86,24 @@ pub fn generate(
     let report = outcome.report(&judge, s, device, &stages, export)?;
     write_report(out_dir, &report)?;
     Ok(report)
+}
+
+/// Exports the mesh of `field`; `Ok(Err(reason))` when the field has no surface to extract (empty, or not
+/// finite), which the run reports instead of failing, so that its latents, previews and report stay.
+fn export_mesh(
+    field: &LatentField,
+    s: &RunSettings,
+    device: &Device,
+    out_dir: &Path,
+    prompt: &str,
+) -> Result<std::result::Result<ExportReport, String>> {
+    match mesh::export_field(field, device, s.grid, &s.formats, out_dir, "mesh") {
+        Ok(report) => Ok(Ok(report)),
+        Err(e @ (ExportError::EmptySurface { .. } | ExportError::NonFiniteField { .. })) => {
+            Ok(Err(e.to_string()))
+        }
+        Err(e) => Err(e).with_context(|| format!("exporting the mesh of {prompt:?}")),
+    }
 }
 
 /// The prior's sample of a run: guided through the prior when the mode says so (with its trace),
@@ -207,8 +226,12 @@ impl Outcome {
         s: &RunSettings,
         device: &Device,
         stages: &StageRecorder<'_>,
-        export: ExportReport,
+        export: std::result::Result<ExportReport, String>,
     ) -> Result<Report> {
+        let (export, no_mesh) = match export {
+            Ok(e) => (Some(e), None),
+            Err(reason) => (None, Some(reason)),
+        };
         let models = judge.models;
         Ok(Report {
             version: env!("CARGO_PKG_VERSION"),
@@ -224,11 +247,15 @@ impl Outcome {
             cosine_after: self.after.score.cosine,
             negatives: judge.target.negatives(),
             held_out_scores: self.after.held_out,
-            seconds: stages.seconds(&export),
+            seconds: stages.seconds(export.as_ref()),
             peak_optimize_bytes: stages.get(stage::OPTIMIZING).heap_above_start,
-            memory_before_export: ExportMemory::from(&export.memory_before),
-            memory: stages.memory(models.precision, &export)?,
-            mesh: export.stats,
+            memory_before_export: export
+                .as_ref()
+                .map(|e| ExportMemory::from(&e.memory_before))
+                .unwrap_or_default(),
+            memory: stages.memory(models.precision, export.as_ref())?,
+            mesh: export.map(|e| e.stats),
+            no_mesh,
             files: self.files,
         })
     }

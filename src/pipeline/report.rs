@@ -182,8 +182,10 @@ pub struct Report {
     pub memory_before_export: ExportMemory,
     /// Device, dtype, peak bytes per stage and the cache release before the export.
     pub memory: MemorySection,
-    /// Mesh statistics.
-    pub mesh: mesh::MeshStats,
+    /// Mesh statistics (`None` when the latent has no surface to extract).
+    pub mesh: Option<mesh::MeshStats>,
+    /// Why the run wrote no mesh (the latent's field has no surface, or is not finite), when it did not.
+    pub no_mesh: Option<String>,
     /// Files written.
     pub files: Vec<PathBuf>,
 }

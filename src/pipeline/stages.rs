@@ -113,11 +113,12 @@ impl<'d> StageRecorder<'d> {
 
     /// The `seconds` section: the stages, the export's own timings (`export`), and the total
     /// (loading plus the wall time since [`Self::new`]), `other` being what they leave of it.
-    pub(crate) fn seconds(&self, export: &ExportReport) -> StageSeconds {
+    pub(crate) fn seconds(&self, export: Option<&ExportReport>) -> StageSeconds {
         let secs = |name| self.get(name).seconds;
-        let [mesh_grid, mesh_surface, mesh_colours, _] = export.seconds;
+        let [mesh_grid, mesh_surface, mesh_colours, _] = export.map_or([0.0; 4], |e| e.seconds);
         let files: BTreeMap<String, f64> = export
-            .format_seconds
+            .map(|e| e.format_seconds.as_slice())
+            .unwrap_or_default()
             .iter()
             .map(|(f, secs)| (f.file_name("mesh"), *secs))
             .collect();
@@ -158,7 +159,7 @@ impl<'d> StageRecorder<'d> {
     pub fn memory(
         &self,
         dtype: Precision,
-        export: &ExportReport,
+        export: Option<&ExportReport>,
     ) -> candle_core::Result<MemorySection> {
         let peak = |name| self.get(name).peak_bytes;
         Ok(MemorySection {
@@ -173,7 +174,7 @@ impl<'d> StageRecorder<'d> {
                 previews: peak(stage::LATENTS).max(peak(stage::PREVIEWS)),
                 export: peak(stage::EXPORT),
             },
-            export_release: export.memory_before.trim,
+            export_release: export.map(|e| e.memory_before.trim).unwrap_or_default(),
         })
     }
 

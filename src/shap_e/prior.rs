@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use candle_core::{DType, Module, Result, Tensor, D};
+use candle_core::{DType, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::config::{Activation, NormType, PriorConfig};
@@ -56,8 +56,9 @@ impl Attention {
         let q = (split(self.to_q.forward(x)?)? * scale)?;
         let k = split(self.to_k.forward(x)?)?;
         let v = split(self.to_v.forward(x)?)?;
-        let w = ops::softmax(&q.matmul(&k.t()?)?, D::Minus1)?;
-        let o = w.matmul(&v)?.transpose(1, 2)?.reshape((n, t, ()))?;
+        let o = ops::attention(&q, &k, &v)?
+            .transpose(1, 2)?
+            .reshape((n, t, ()))?;
         self.to_out.forward(&o)
     }
 }

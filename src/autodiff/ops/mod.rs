@@ -1,14 +1,17 @@
 //! Differentiable replacements for candle-nn's fused ops that silently detach the gradient
-//! (`layer_norm`, `softmax_last_dim`) and for ops without a backward (`upsample_bilinear2d`).
+//! (`layer_norm`, `softmax_last_dim`) and for ops without a backward (`upsample_bilinear2d`), plus attention
+//! that recomputes its probabilities in backward instead of storing them.
 //! Each runs candle's fast forward and attaches an analytic backward through [`super::vjp`].
 
 mod activation;
+mod attention;
 mod layer_norm;
 mod linear;
 mod resize;
 mod softmax;
 
 pub use activation::Activation;
+pub(crate) use attention::attention;
 pub(crate) use layer_norm::layer_norm;
 pub(crate) use linear::{batched_linear, linear};
 pub(crate) use resize::resize_bilinear;
