@@ -253,6 +253,27 @@ struct TrainedClip {
     seconds: f64,
 }
 
+impl TrainedClip {
+    /// The CLIP an earlier run trained (`--reuse-clip`): its tensors, with its log's curves and seconds.
+    fn from_earlier(tensors: HashMap<String, Tensor>, earlier: &serde_json::Value) -> Self {
+        Self {
+            tensors,
+            loss: serde_json::from_value(earlier["clip_loss"].clone()).unwrap_or_default(),
+            accuracy: serde_json::from_value(earlier["clip_accuracy"].clone()).unwrap_or_default(),
+            seconds: earlier["seconds"][1].as_f64().unwrap_or(0.0),
+        }
+    }
+
+    /// The text tower's tensors (the prior's `text_encoder/`).
+    fn text_tower(&self) -> HashMap<String, Tensor> {
+        self.tensors
+            .iter()
+            .filter(|(k, _)| is_text_key(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
 /// Trains a toy CLIP with `s`, reporting progress under `stage`.
 fn train_toy_clip(
     stage: &'static str,
@@ -346,58 +367,15 @@ pub(crate) fn train_toy(
     }
     let shap_e_dir = out.join("shap_e");
     let clip_dir = out.join("clip");
-    let text_dir = shap_e_dir.join("text_encoder");
     let earlier = earlier_log(out);
     // The conditioning CLIP's text tower, read before the random layout below replaces it.
-    let reused_text = if s.reuse_clip {
-        let weights = text_dir.join("model.safetensors");
-        Some(candle_core::safetensors::load(&weights, dev).map_err(|e| {
-            msg(format!(
-                "--reuse-clip needs the text encoder of an earlier run in {}: {e}",
-                weights.display()
-            ))
-        })?)
-    } else {
-        None
-    };
-    // The layouts and configs, with random weights that the stages below replace.
-    write_random_shap_e(&shap_e_dir, TOY_SIZES, s.seed)?;
-    write_json(
-        &shap_e_dir.join(SAMPLING_FILE),
-        &serde_json::to_value(s.sampling).map_err(msg)?,
-    )?;
-    let clip_cfg: ClipConfig = serde_json::from_value(toy_clip_json(&s.clip)).map_err(msg)?;
+    let reused_text = reused_text_tower(&shap_e_dir, s, dev)?;
+    let layouts = Layouts::write(&shap_e_dir, s)?;
     let tokenizer = toy_tokenizer()?;
-    let read = |p: &Path| -> Result<String> { std::fs::read_to_string(p).map_err(msg) };
-    let renderer_cfg: RendererConfig = serde_json::from_str(&read(
-        &shap_e_dir.join("shap_e_renderer").join("config.json"),
-    )?)
-    .map_err(msg)?;
-    let prior_cfg: PriorConfig =
-        serde_json::from_str(&read(&shap_e_dir.join("prior").join("config.json"))?).map_err(msg)?;
-    let scheduler: SchedulerConfig = serde_json::from_str(&read(
-        &shap_e_dir.join("scheduler").join("scheduler_config.json"),
-    )?)
-    .map_err(msg)?;
 
     // 1. Decoder and latents.
     let t = Instant::now();
-    on_progress(TrainProgress::Stage("fitting the decoder", s.decoder.steps));
-    let objects: Vec<WorldObject> = s
-        .combos
-        .iter()
-        .map(|&(sh, c)| WorldObject::canonical(sh, c))
-        .collect();
-    let fit = fit_decoder(&renderer_cfg, &objects, &s.decoder, dev, |_, l| {
-        on_progress(TrainProgress::Step(l))
-    })?;
-    save_tensors(
-        &varmap_tensors(&fit.varmap)?,
-        &shap_e_dir
-            .join("shap_e_renderer")
-            .join("diffusion_pytorch_model.safetensors"),
-    )?;
-    crate::shap_e::save_latent(&out.join(LATENTS_FILE), fit.latents.as_tensor()).map_err(msg)?;
+    let fit = decoder_stage(out, &layouts.renderer, s, dev, &mut on_progress)?;
     let t_decoder = t.elapsed().as_secs_f64();
 
     // 2. The conditioning CLIP (the scorer too, without a separate one).
@@ -406,55 +384,34 @@ pub(crate) fn train_toy(
         density: s.decoder.density,
     };
     let conditioning = match reused_text {
-        Some(tensors) => TrainedClip {
-            tensors,
-            loss: serde_json::from_value(earlier["clip_loss"].clone()).unwrap_or_default(),
-            accuracy: serde_json::from_value(earlier["clip_accuracy"].clone()).unwrap_or_default(),
-            seconds: earlier["seconds"][1].as_f64().unwrap_or(0.0),
-        },
-        None => {
-            let clip = train_toy_clip(
-                "training the CLIP",
-                &s.clip,
-                &s.combos,
-                density,
-                &tokenizer,
-                dev,
-                &mut on_progress,
-            )?;
-            if s.scorer.is_none() {
-                write_clip_dir(&clip_dir, &s.clip, &clip.tensors, &s.combos)?;
-            }
-            clip
-        }
+        Some(tensors) => TrainedClip::from_earlier(tensors, &earlier),
+        None => conditioning_clip(&clip_dir, s, density, &tokenizer, dev, &mut on_progress)?,
     };
-    let text_tensors: HashMap<String, Tensor> = conditioning
-        .tensors
-        .iter()
-        .filter(|(k, _)| is_text_key(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    save_tensors(&text_tensors, &text_dir.join("model.safetensors"))?;
+    let text_tensors = conditioning.text_tower();
+    save_tensors(
+        &text_tensors,
+        &shap_e_dir.join("text_encoder").join("model.safetensors"),
+    )?;
 
     // 3. Prior, on the combinations that are not held out.
     let t = Instant::now();
     let text_model = ClipTextModelWithProjection::new(
         VarBuilder::from_tensors(text_tensors, DType::F32, dev),
-        &clip_cfg.text_config,
-        clip_cfg.projection_dim,
+        &layouts.clip.text_config,
+        layouts.clip.projection_dim,
     )?;
     let prior = prior_stage(
         &shap_e_dir,
         s,
         fit.latents.as_tensor(),
         &text_model,
-        (&prior_cfg, &scheduler),
+        (&layouts.prior, &layouts.scheduler),
         dev,
         &mut on_progress,
     )?;
     let t_prior = t.elapsed().as_secs_f64();
 
-    // 4. The scoring CLIP.
+    // 4. The scoring CLIP (without a new one, `--reuse-clip` keeps the earlier run's `clip/`).
     let scorer = match &s.scorer {
         Some(sc) => Some(train_scorer(
             &clip_dir,
@@ -465,7 +422,6 @@ pub(crate) fn train_toy(
             dev,
             &mut on_progress,
         )?),
-        // Without a new scorer, `--reuse-clip` keeps the earlier run's `clip/` as it is.
         None => None,
     };
 
@@ -490,6 +446,106 @@ pub(crate) fn train_toy(
     };
     finish(out, s, &log, None)?;
     Ok(log)
+}
+
+/// Trains the conditioning CLIP; it is also the scorer (written to `clip_dir`) when `s` asks for no separate one.
+fn conditioning_clip(
+    clip_dir: &Path,
+    s: &ToyTrainSettings,
+    density: DensityModel,
+    tokenizer: &ClipTokenizer,
+    dev: &Device,
+    on_progress: &mut impl FnMut(TrainProgress),
+) -> Result<TrainedClip> {
+    let clip = train_toy_clip(
+        "training the CLIP",
+        &s.clip,
+        &s.combos,
+        density,
+        tokenizer,
+        dev,
+        on_progress,
+    )?;
+    if s.scorer.is_none() {
+        write_clip_dir(clip_dir, &s.clip, &clip.tensors, &s.combos)?;
+    }
+    Ok(clip)
+}
+
+/// With `--reuse-clip`, the text tower an earlier run left in `shap_e_dir/text_encoder`.
+fn reused_text_tower(
+    shap_e_dir: &Path,
+    s: &ToyTrainSettings,
+    dev: &Device,
+) -> Result<Option<HashMap<String, Tensor>>> {
+    if !s.reuse_clip {
+        return Ok(None);
+    }
+    let weights = shap_e_dir.join("text_encoder").join("model.safetensors");
+    candle_core::safetensors::load(&weights, dev)
+        .map(Some)
+        .map_err(|e| {
+            msg(format!(
+                "--reuse-clip needs the text encoder of an earlier run in {}: {e}",
+                weights.display()
+            ))
+        })
+}
+
+/// The configs of the toy's models, as written into its layouts.
+struct Layouts {
+    clip: ClipConfig,
+    renderer: RendererConfig,
+    prior: PriorConfig,
+    scheduler: SchedulerConfig,
+}
+
+impl Layouts {
+    /// Writes the layouts and configs into `shap_e_dir`, with random weights that the stages replace, and reads
+    /// their configs back.
+    fn write(shap_e_dir: &Path, s: &ToyTrainSettings) -> Result<Self> {
+        write_random_shap_e(shap_e_dir, TOY_SIZES, s.seed)?;
+        write_json(
+            &shap_e_dir.join(SAMPLING_FILE),
+            &serde_json::to_value(s.sampling).map_err(msg)?,
+        )?;
+        fn read<T: serde::de::DeserializeOwned>(p: &Path) -> Result<T> {
+            serde_json::from_str(&std::fs::read_to_string(p).map_err(msg)?).map_err(msg)
+        }
+        Ok(Self {
+            clip: serde_json::from_value(toy_clip_json(&s.clip)).map_err(msg)?,
+            renderer: read(&shap_e_dir.join("shap_e_renderer").join("config.json"))?,
+            prior: read(&shap_e_dir.join("prior").join("config.json"))?,
+            scheduler: read(&shap_e_dir.join("scheduler").join("scheduler_config.json"))?,
+        })
+    }
+}
+
+/// Fits the decoder and the latents of `s.combos`; writes the decoder's weights and `latents.safetensors`.
+fn decoder_stage(
+    out: &Path,
+    renderer: &RendererConfig,
+    s: &ToyTrainSettings,
+    dev: &Device,
+    on_progress: &mut impl FnMut(TrainProgress),
+) -> Result<super::fit_decoder::DecoderFit> {
+    on_progress(TrainProgress::Stage("fitting the decoder", s.decoder.steps));
+    let objects: Vec<WorldObject> = s
+        .combos
+        .iter()
+        .map(|&(sh, c)| WorldObject::canonical(sh, c))
+        .collect();
+    let fit = fit_decoder(renderer, &objects, &s.decoder, dev, |_, l| {
+        on_progress(TrainProgress::Step(l))
+    })?;
+    save_tensors(
+        &varmap_tensors(&fit.varmap)?,
+        &out.join("shap_e")
+            .join("shap_e_renderer")
+            .join("diffusion_pytorch_model.safetensors"),
+    )?;
+    crate::shap_e::save_latent(&out.join(LATENTS_FILE), fit.latents.as_tensor()).map_err(msg)?;
+    Ok(fit)
 }
 
 /// Trains the prior on the latents `(combos, rows, d)` of `s.combos` that are not in

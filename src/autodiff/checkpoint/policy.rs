@@ -98,12 +98,22 @@ impl fmt::Display for Policy {
             Policy::EveryK(k) => write!(f, "every:{k}"),
             Policy::Sqrt => write!(f, "sqrt"),
             Policy::LastN(n) => write!(f, "last:{n}"),
-            Policy::Budget(b) => write!(f, "budget:{b}"),
+            Policy::Budget(b) => write!(f, "budget:{}", bytes_text(*b)),
         }
     }
 }
 
-/// Written as its command-line form (`"blocks"`, `"budget:1024"`), as in `report.json`.
+/// `bytes` in the largest binary unit that divides it exactly (`2GiB`, `1536KiB`, `1000`), as `parse_bytes` reads.
+fn bytes_text(bytes: usize) -> String {
+    for (unit, size) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= size && bytes % size == 0 {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    bytes.to_string()
+}
+
+/// Written as its command-line form (`"blocks"`, `"budget:1KiB"`), as in `report.json`.
 impl serde::Serialize for Policy {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
@@ -129,6 +139,8 @@ mod tests {
             assert_eq!(s.parse::<Policy>(), Ok(p), "{s}");
             assert_eq!(p.to_string().parse::<Policy>(), Ok(p));
         }
+        assert_eq!(Policy::Budget(2 << 30).to_string(), "budget:2GiB");
+        assert_eq!(Policy::Budget(1536 << 10).to_string(), "budget:1536KiB");
         for bad in [
             "",
             "all",
