@@ -66,8 +66,8 @@ pub(super) struct GenerateArgs {
     /// Random views rendered per optimization step.
     #[arg(long, default_value_t = 2)]
     pub(crate) views: usize,
-    /// Render resolution of each view in pixels per side [default: half the scoring CLIP's input
-    /// side, within 32..=64]
+    /// Render resolution of each view in pixels per side [default: 3/8 of the scoring CLIP's input
+    /// side, within 24..=64]
     #[arg(long)]
     pub(crate) resolution: Option<usize>,
     /// Checkpoint policy for decoder chunks and CLIP blocks: none, blocks, sqrt, every:K, last:N.
