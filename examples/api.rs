@@ -31,11 +31,14 @@ fn main() -> Result<()> {
             eprintln!("{name}");
         }
     })?;
+    let Some(mesh) = report.mesh else {
+        anyhow::bail!("no mesh: {}", report.no_mesh.unwrap_or_default());
+    };
     println!(
         "score {:.3} → {:.3}, {} vertices, {} files in {}",
         report.score_before,
         report.score_after,
-        report.mesh.vertices,
+        mesh.vertices,
         report.files.len(),
         out.display()
     );

@@ -38,16 +38,16 @@ pub const MAX_WORK: usize = 2_000_000_000;
 
 /// A candidate latent completed from the bank.
 #[derive(Debug, Clone)]
-pub(crate) struct Completion {
+pub struct Completion {
     /// The mean of the cluster's completions, clamped to [−1, 1] (same length as a bank latent).
-    pub(crate) latent: Vec<f32>,
+    pub latent: Vec<f32>,
     /// How many triples landed in the cluster.
-    pub(crate) support: usize,
+    pub support: usize,
 }
 
 /// Consensus completions of `bank` (each latent flattened, all the same length), most supported
 /// first. Empty for fewer than three latents or a bank without parallelogram structure.
-pub(crate) fn completions(bank: &[Vec<f32>]) -> Vec<Completion> {
+pub fn completions(bank: &[Vec<f32>]) -> Vec<Completion> {
     let n = bank.len();
     if n < 3 || bank.iter().any(|z| z.len() != bank[0].len()) {
         return Vec::new();

@@ -19,6 +19,7 @@ pub(crate) mod settings;
 pub mod start;
 pub(crate) mod target;
 
+pub use analogy::{completions as analogy_completions, MAX_WORK as ANALOGY_MAX_WORK};
 pub use explore::Explore;
 pub use held_aside::{
     held_aside_cameras, held_aside_images, score, unscored, Score, Start, HELD_ASIDE_BACKGROUNDS,

@@ -106,7 +106,7 @@ impl fmt::Display for Policy {
 /// `bytes` in the largest binary unit that divides it exactly (`2GiB`, `1536KiB`, `1000`), as `parse_bytes` reads.
 fn bytes_text(bytes: usize) -> String {
     for (unit, size) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{unit}", bytes / size);
         }
     }
