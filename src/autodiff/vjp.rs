@@ -12,8 +12,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use candle_core::{backprop::GradStore, Shape, Storage, Tensor};
 use candle_core::{CpuStorage, CudaStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result};
-use candle_core::{Shape, Storage, Tensor};
 
 /// What a backward closure receives. All tensors are detached.
 pub(crate) struct Vjp<'a> {
@@ -75,6 +75,21 @@ pub(crate) fn attach(
             Tensor::cat(&flat, 0)?.apply_op1(op)
         }
     }
+}
+
+/// The gradients of `Σ out ⊙ g` for everything behind `out`: candle's backward with `g` handed to
+/// `out` as its gradient, instead of through the product and sum such a loss would build (two
+/// `out`-sized tensors and their gradients fewer). The gradients are bitwise those of that loss.
+pub(crate) fn backward_with_grad(out: &Tensor, g: &Tensor) -> Result<GradStore> {
+    let g = g.detach();
+    let seed = Tensor::zeros((), out.dtype(), out.device())?;
+    attach(
+        "seed",
+        seed,
+        &[out],
+        Arc::new(move |_| Ok(vec![Some(g.clone())])),
+    )?
+    .backward()
 }
 
 /// Like [`attach`], with a closure instead of an `Arc`.

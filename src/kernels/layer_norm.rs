@@ -49,6 +49,31 @@ pub(crate) fn ln_forward<T: Real>(
         .for_each(|(((x, y), mu), rstd)| ln_forward_rows(x, w, b, eps, y, mu, rstd));
 }
 
+simd_dispatch!(ln_stats_rows<T: Real>(x: &[T], d: usize, eps: T, mu: &mut [T], rstd: &mut [T]) {
+    let inv = T::one() / T::from_f64(d as f64);
+    for ((x, mu), rstd) in x.chunks_exact(d).zip(mu.iter_mut()).zip(rstd.iter_mut()) {
+        let mut s = T::zero();
+        for &v in x {
+            s += v;
+        }
+        let m = s * inv;
+        let mut s2 = T::zero();
+        for &v in x {
+            s2 += (v - m) * (v - m);
+        }
+        *mu = m;
+        *rstd = T::one() / T::from_f64((s2 * inv + eps).to_f64().sqrt());
+    }
+});
+
+/// Each row's mean and `1/√(var + eps)` over rows of `d`, as [`ln_forward`] records them.
+pub(crate) fn ln_stats<T: Real>(x: &[T], d: usize, eps: T, mu: &mut [T], rstd: &mut [T]) {
+    x.par_chunks(ROWS_PER_TASK * d)
+        .zip(mu.par_chunks_mut(ROWS_PER_TASK))
+        .zip(rstd.par_chunks_mut(ROWS_PER_TASK))
+        .for_each(|((x, mu), rstd)| ln_stats_rows(x, d, eps, mu, rstd));
+}
+
 simd_dispatch!(ln_backward_rows<T: Real>(gy: &[T], x: &[T], mu: &[T], rstd: &[T], w: &[T], dx: &mut [T], accumulate: bool) {
     let d = w.len();
     let inv = T::one() / T::from_f64(d as f64);

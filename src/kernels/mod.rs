@@ -17,7 +17,7 @@ pub(crate) use activation::{
     bias_silu, bias_silu_inplace, bias_silu_inplace_rows, quick_gelu, quick_gelu_grad, sigmoid,
     silu, silu_grad,
 };
-pub(crate) use layer_norm::{ln_backward, ln_forward};
+pub(crate) use layer_norm::{ln_backward, ln_forward, ln_stats};
 pub(crate) use matmul::{matmul, matmul_serial, matmul_with, Mat, Write};
 pub(crate) use real::Real;
 pub(crate) use rows::{add_row, fill_rows};

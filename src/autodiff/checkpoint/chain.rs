@@ -9,6 +9,7 @@ use super::budget::BlockCost;
 use super::plan::Plan;
 use super::segment::checkpoint;
 use crate::autodiff::memory;
+use crate::autodiff::vjp::backward_with_grad;
 
 /// One block of a chain: `x -> block(x, context)`.
 ///
@@ -74,7 +75,7 @@ pub fn measure_costs<B: Block>(
         let graph_bytes = meter.live_above_base();
         h = out.detach();
         let g = h.ones_like()?;
-        drop((out * g)?.sum_all()?.backward()?);
+        drop(backward_with_grad(&out, &g)?);
         let backward_bytes = meter.peak_above_base().saturating_sub(graph_bytes);
         costs.push(BlockCost {
             input_bytes,

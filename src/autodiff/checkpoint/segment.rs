@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use candle_core::{Result, Tensor, Var};
 
-use crate::autodiff::vjp::{attach, Vjp};
+use crate::autodiff::vjp::{attach, backward_with_grad, Vjp};
 
 /// A segment: `(batched slices, shared inputs) -> output` whose first dimension has one row per
 /// batched row. For an unchunked segment `batched` is empty.
@@ -130,10 +130,7 @@ fn recompute(
         } else {
             v.grad.narrow(0, start, len)?
         };
-        let grads = {
-            let out = f(&slices, &shared_in)?;
-            (out * g)?.sum_all()?.backward()?
-        };
+        let grads = backward_with_grad(&f(&slices, &shared_in)?, &g)?;
         for (i, var) in slice_vars.iter().enumerate() {
             if let Some(var) = var {
                 let gi = grads
