@@ -302,7 +302,7 @@ fn clip_bpe(vocab: &Path, merges: &Path) -> tokenizers::Result<Tokenizer> {
         )?
         .into(),
         Lowercase.into(),
-    ])));
+    ])))?;
     tokenizer.with_pre_tokenizer(Some(PreSeq::new(vec![
         Split::new(
             tokenizers::pre_tokenizers::split::SplitPattern::Regex(CLIP_SPLIT.into()),
