@@ -21,6 +21,9 @@ pub mod shap_e;
 pub mod toy;
 pub mod weights;
 
+#[cfg(test)]
+mod tests;
+
 /// Unit tests count heap bytes, as the binary and the benches do.
 #[cfg(test)]
 #[global_allocator]

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use candle_core::Device;
-use clipsculpt::mesh::{
+use crate::mesh::{
     colour, marching_cubes, marching_cubes_with, sample_colours, shapes, write_all, Bounds,
     FnField, Format, Grid, McMode, McOptions, Mesh,
 };
+use candle_core::Device;
 
 /// A 48³ torus (χ = 0) coloured by position, so every vertex has a distinct colour.
 fn coloured_torus() -> Mesh {
@@ -306,7 +306,7 @@ mod shap_e_parity {
     //! `tests/fixtures/mesh/shap_e_mc_32.safetensors` is diffusers' `MeshDecoder` output for a synthetic 32³ field
     //! (script next to it).
     use super::*;
-    use clipsculpt::mesh::tables;
+    use crate::mesh::tables;
 
     fn fixture() -> std::collections::HashMap<String, candle_core::Tensor> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -5,17 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::autodiff::checkpoint::Policy;
+use crate::autodiff::rng::Rng;
+use crate::shap_e::config::PriorConfig;
+use crate::shap_e::{load_prior, PriorTransformer};
+use crate::toy::random::random_frozen_in;
 use candle_core::{DType, Device, Result, Tensor, Var};
-use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::shap_e::config::PriorConfig;
-use clipsculpt::shap_e::{load_prior, PriorTransformer};
-use clipsculpt::toy::random::random_frozen_in;
-
-/// Counts heap bytes so that `budget:` policies can measure a block's cost.
-#[global_allocator]
-static ALLOC: clipsculpt::autodiff::memory::CountingAlloc =
-    clipsculpt::autodiff::memory::CountingAlloc;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shap_e")

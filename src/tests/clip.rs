@@ -1,19 +1,18 @@
 //! CLIP parity against transformers (fixtures from `tests/fixtures/clip/make_fixtures.py`), gradient
 //! checkpointing equivalence, and loader errors.
 
-mod common;
-use common::{copy_dir, max_abs};
+use super::common::{copy_dir, max_abs};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Result, Tensor, Var};
-use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::clip::{
+use crate::autodiff::checkpoint::Policy;
+use crate::clip::{
     describe, load_clip, load_text_with_projection, preprocess, ClipScorer, ClipTokenizer,
     LoadError,
 };
-use clipsculpt::weights::TensorProblem;
+use crate::weights::TensorProblem;
+use candle_core::{DType, Device, Result, Tensor, Var};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clip")
