@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use crate::autodiff::rng::Rng;
 use crate::guide::unscored;
 use crate::pipeline::{extract_mesh, read_negatives, Models};
+use crate::toy::caption;
+use crate::toy::caption::captions;
 use crate::toy::classify;
 use crate::toy::world::{combinations, training_combinations, Colour, Shape};
-use crate::toy::{caption, captions};
 use candle_core::{Device, Tensor};
 
 fn toy() -> PathBuf {
@@ -246,7 +247,8 @@ fn a_paraphrase_is_excluded_from_its_own_negatives() {
 /// evaluator reads everyday aliases, and a prompt naming no toy object is skipped, not fatal.
 #[test]
 fn unknown_words_warn_instead_of_aborting() {
-    use crate::toy::{parse_caption, EvalTable};
+    use crate::toy::parse_caption;
+    use crate::toy::report::EvalTable;
     let m = models();
     assert_eq!(m.tokenizer.unknown_words("a red ball"), vec!["ball"]);
     assert!(m.tokenizer.unknown_words("a sphere that is red").is_empty());

@@ -21,7 +21,7 @@ pub fn caption(shape: Shape, colour: Colour) -> String {
 }
 
 /// Every caption of a combination: the canonical one first, then the paraphrases of [`TEMPLATES`].
-pub fn captions(shape: Shape, colour: Colour) -> Vec<String> {
+pub(crate) fn captions(shape: Shape, colour: Colour) -> Vec<String> {
     TEMPLATES.iter().map(|t| fill(t, shape, colour)).collect()
 }
 

@@ -16,7 +16,7 @@ use crate::mesh::Mesh;
 
 /// Evaluator settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EvalOptions {
+pub(crate) struct EvalOptions {
     /// Voxels per axis over the mesh's bounding box.
     pub(crate) resolution: usize,
     /// Yaws tried over one symmetry period, for shapes not symmetric about +Z.
@@ -100,7 +100,7 @@ pub fn classify(mesh: &Mesh) -> Result<Classification, EvalError> {
 }
 
 /// Classifies `mesh` by shape ([`shape_scores`]) and colour ([`mean_colour`], [`nearest_colour`]).
-pub fn classify_with(mesh: &Mesh, opts: &EvalOptions) -> Result<Classification, EvalError> {
+pub(crate) fn classify_with(mesh: &Mesh, opts: &EvalOptions) -> Result<Classification, EvalError> {
     let ranking = shape_scores(mesh, opts)?;
     let mean = mean_colour(mesh)?;
     let (colour, colour_distance) = nearest_colour(mean);

@@ -66,7 +66,7 @@ pub(crate) const BRIGHTNESS_RANGE: (f32, f32) = (0.8, 1.0);
 pub(crate) const CHANNEL_JITTER: f32 = 0.06;
 
 /// Everyday words the evaluator reads as a toy shape's name (the toy CLIP never saw them).
-pub const SHAPE_ALIASES: [(&str, &str); 6] = [
+pub(crate) const SHAPE_ALIASES: [(&str, &str); 6] = [
     ("ball", "sphere"),
     ("box", "cube"),
     ("tube", "cylinder"),
@@ -152,7 +152,7 @@ impl Shape {
 
 impl Colour {
     /// Every colour, in declaration order.
-    pub const ALL: [Colour; 6] = [
+    pub(crate) const ALL: [Colour; 6] = [
         Colour::Red,
         Colour::Green,
         Colour::Blue,
@@ -206,7 +206,8 @@ pub fn combinations() -> Vec<(Shape, Colour)> {
 }
 
 /// The combinations the toy prior trains on (all but [`HELD_OUT`]).
-pub fn training_combinations() -> Vec<(Shape, Colour)> {
+#[cfg(test)]
+pub(crate) fn training_combinations() -> Vec<(Shape, Colour)> {
     combinations()
         .into_iter()
         .filter(|&(s, c)| !is_held_out(s, c))
@@ -215,7 +216,7 @@ pub fn training_combinations() -> Vec<(Shape, Colour)> {
 
 /// The random variation of one object.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Variation {
+pub(crate) struct Variation {
     /// Uniform size factor on the canonical shape ([`SCALE_RANGE`]).
     pub(crate) scale: f32,
     /// Rotation about +Z in radians, counter-clockwise seen from above.
@@ -276,7 +277,7 @@ impl WorldObject {
     }
 
     /// Linear RGB at `p` (uniform over the object).
-    pub fn colour(&self, _p: [f32; 3]) -> [f32; 3] {
+    pub(crate) fn colour(&self, _p: [f32; 3]) -> [f32; 3] {
         self.params.rgb
     }
 }
