@@ -8,14 +8,14 @@ use crate::mesh::{self, Field};
 use crate::shap_e::{Decoder, FieldQuery};
 
 /// The decoder's SDF and colour as a mesh field (sRGB colours linearised for the writers).
-pub struct LatentField<'a> {
+pub(crate) struct LatentField<'a> {
     /// The latent's field query, prepared once (no graph).
     query: FieldQuery<'a>,
 }
 
 impl<'a> LatentField<'a> {
     /// The field of `latent` (detached) under `decoder`.
-    pub fn new(decoder: &'a Decoder, latent: &Tensor) -> candle_core::Result<Self> {
+    pub(crate) fn new(decoder: &'a Decoder, latent: &Tensor) -> candle_core::Result<Self> {
         Ok(Self {
             query: decoder.field(&latent.detach())?,
         })

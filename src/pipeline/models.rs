@@ -22,7 +22,7 @@ use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler, ShapE};
 
 /// Where a run's models came from (folders), for reports.
 #[derive(Debug, Clone, Serialize)]
-pub struct ModelSources {
+pub(crate) struct ModelSources {
     /// The Shap-E pipeline folder.
     pub(crate) shap_e: String,
     /// The scoring-CLIP folder.
@@ -36,7 +36,7 @@ pub struct Models {
     /// The prior's CLIP text tower.
     pub(crate) text_encoder: ClipTextModelWithProjection,
     /// Its tokenizer.
-    pub tokenizer: ClipTokenizer,
+    pub(crate) tokenizer: ClipTokenizer,
     /// The scoring CLIP (guidance).
     pub scorer: ClipScorer,
     /// An optional held-out CLIP that scores the result but never guides it.
@@ -49,7 +49,7 @@ pub struct Models {
     /// Seconds [`Models::load`] took.
     pub(crate) load_seconds: f64,
     /// The dtype of the frozen networks' matrix weights.
-    pub precision: Precision,
+    pub(crate) precision: Precision,
     /// Peak bytes while loading ([`device_memory::peak_bytes`]).
     pub(crate) load_peak_bytes: u64,
 }
@@ -63,7 +63,7 @@ impl Models {
 
     /// Loads both folders with the frozen networks' matrix weights (prior, its text tower, the
     /// decoder, the scoring CLIP) in `precision`.
-    pub fn load_with_precision(
+    pub(crate) fn load_with_precision(
         shap_e_dir: &Path,
         clip_dir: &Path,
         device: &Device,
@@ -108,7 +108,7 @@ impl Models {
     }
 
     /// The prior's raw CLIP text embedding `(1, dim)` of `prompt`.
-    pub fn text_embeds(&self, prompt: &str, device: &Device) -> Result<Tensor> {
+    pub(crate) fn text_embeds(&self, prompt: &str, device: &Device) -> Result<Tensor> {
         let unknown = self.tokenizer.unknown_words(prompt);
         if !unknown.is_empty() {
             tracing::warn!(
@@ -149,7 +149,7 @@ impl Models {
     /// noise as [`Self::run_sample`] (stream [`stream::PRIOR`]), the sampler guided by the view
     /// loss of `target` (stream [`stream::SAMPLING`]) as `s.sampling` says. With a guidance
     /// scale of 0 it is [`Self::run_sample`]'s latent, bit for bit.
-    pub fn guided_sample(
+    pub(crate) fn guided_sample(
         &self,
         target: &Target,
         s: &RunSettings,
@@ -272,7 +272,7 @@ impl Models {
     }
 
     /// A prior sample `(1, rows, d)` for `prompt`.
-    pub fn sample(
+    pub(crate) fn sample(
         &self,
         prompt: &str,
         steps: usize,
@@ -287,7 +287,7 @@ impl Models {
 }
 
 /// Reads a negative-prompt file: one prompt per line, blank lines and `#` comments skipped.
-pub fn read_negatives(path: &Path) -> Result<Vec<String>> {
+pub(crate) fn read_negatives(path: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading negative prompts from {}", path.display()))?;
     Ok(text
@@ -308,7 +308,7 @@ pub struct Guided {
     /// How exploration chose the start.
     pub start: StartChoice,
     /// The latent the loop started from (the prior's sample unless exploration chose another).
-    pub start_latent: Tensor,
+    pub(crate) start_latent: Tensor,
 }
 
 impl Guided {
