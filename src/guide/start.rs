@@ -64,7 +64,7 @@ pub struct StartChoice {
 
 /// What [`choose_start`] returns.
 #[derive(Debug, Clone)]
-pub struct ChosenStart {
+pub(crate) struct ChosenStart {
     /// The latent the loop starts from `(1, rows, d)`.
     pub(crate) latent: Tensor,
     /// How it was chosen ([`StartChoice::start_score`]: its score, when known).
@@ -74,7 +74,7 @@ pub struct ChosenStart {
 /// Chooses the latent to optimize from the prior's sample `prior (1, rows, d)` (with its
 /// held-aside score when the caller has it) and `bank` `(n, rows, d)` (may be empty): gathers the
 /// candidates, screens them, then picks the best finalist by its score or by refinement probes.
-pub fn choose_start(
+pub(crate) fn choose_start(
     decoder: &Decoder,
     scorer: &ClipScorer,
     target: &Target,

@@ -23,7 +23,7 @@ pub fn same_prompt(a: &str, b: &str) -> bool {
 /// A negative whose text embedding has at least this cosine with the prompt's is taken for a
 /// paraphrase of it and dropped: contrasting a prompt against its own paraphrase penalises the
 /// right object.
-pub const PARAPHRASE_COSINE: f32 = 0.95;
+pub(crate) const PARAPHRASE_COSINE: f32 = 0.95;
 
 /// The prompt and its negatives as unit text embeddings.
 #[derive(Debug, Clone)]
@@ -117,13 +117,8 @@ impl Target {
         &self.prompt
     }
 
-    /// The prompt's unit embedding `(1, D)`.
-    pub fn text(&self) -> &Tensor {
-        &self.text
-    }
-
     /// Number of negatives in use.
-    pub fn negatives(&self) -> usize {
+    pub(crate) fn negatives(&self) -> usize {
         self.negatives
             .as_ref()
             .and_then(|n| n.dim(0).ok())
