@@ -28,7 +28,7 @@ use crate::autodiff::vjp::attach;
 use crate::kernels::fastmath::simd_dispatch;
 use crate::kernels::{sigmoid, Real};
 use crate::shap_e::fused_mlp::{encode, plain};
-pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
+pub(crate) use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 
 /// The geometry of a chunk: sample points and bin widths of the rays that meet the volume, and
 /// which rays do. A ray that misses takes no samples: its output is the background with opacity

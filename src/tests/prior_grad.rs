@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::shap_e::config::PriorConfig;
-use crate::shap_e::{load_prior, PriorTransformer};
+use crate::shap_e::decoder::load_prior;
+use crate::shap_e::PriorTransformer;
 use crate::toy::random::random_frozen_in;
 use candle_core::{DType, Device, Result, Tensor, Var};
 

@@ -11,10 +11,12 @@ use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::render::{self, pan_cameras, Camera, RayDraws, RenderSettings};
 use crate::shap_e::config::read_config;
+use crate::shap_e::decoder::load_prior;
+use crate::shap_e::sampler::sample_latents_from;
 use crate::shap_e::{
-    initial_noise, load_prior, sample_latents_from, Decoder, HeunDiscreteScheduler, LoadError,
-    RendererConfig, SchedulerConfig,
+    initial_noise, Decoder, HeunDiscreteScheduler, RendererConfig, SchedulerConfig,
 };
+use crate::weights::LoadError;
 use candle_core::{DType, Device, Tensor, Var};
 
 fn dir() -> PathBuf {
