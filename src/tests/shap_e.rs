@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
-use crate::render::{self, pan_cameras, Camera, RayDraws, RenderSettings};
+use crate::render::camera::pan_cameras;
+use crate::render::{self, Camera, RayDraws, RenderSettings};
 use crate::shap_e::config::read_config;
 use crate::shap_e::decoder::load_prior;
 use crate::shap_e::sampler::sample_latents_from;
