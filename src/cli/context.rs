@@ -77,7 +77,7 @@ impl Context {
             let dir = self
                 .resolve(spec, ModelKind::Clip)
                 .with_context(|| format!("resolving --eval-clip {spec}"))?;
-            let scorer = ClipScorer::load_with_dtype(&dir, precision.dtype(), device)
+            let scorer = ClipScorer::load(&dir, precision.dtype(), device)
                 .with_context(|| format!("loading the held-out CLIP in {}", dir.display()))?;
             models.held_out = Some(scorer);
         }

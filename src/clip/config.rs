@@ -12,7 +12,7 @@ pub use crate::autodiff::ops::Activation;
 /// openai/shap-e's `text_encoder/`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
-pub struct ClipTextConfig {
+pub(crate) struct ClipTextConfig {
     /// Token vocabulary size.
     pub(crate) vocab_size: usize,
     /// Width of the residual stream.
@@ -117,7 +117,7 @@ impl ClipVisionConfig {
 /// A full CLIP (`CLIPConfig`): both towers and the shared projection size.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
-pub struct ClipConfig {
+pub(crate) struct ClipConfig {
     /// The text tower.
     pub(crate) text_config: ClipTextConfig,
     /// The vision tower.
@@ -186,7 +186,7 @@ impl ClipVisionConfig {
 
 /// What a `config.json` holds.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ConfigFile {
+pub(crate) enum ConfigFile {
     /// A `CLIPModel` (text + vision).
     Full(ClipConfig),
     /// A text-only checkpoint (`CLIPTextModel` / `CLIPTextModelWithProjection`).

@@ -7,7 +7,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Result, Tensor, D};
 
 use super::error::{LoadError, TokenizeError};
-use super::load::load_clip_with_dtype;
+use super::load::load_clip;
 use super::model::ClipModel;
 use super::preprocess::preprocess;
 use super::tokenizer::ClipTokenizer;
@@ -22,35 +22,20 @@ pub struct ClipScorer {
 
 impl ClipScorer {
     /// Pairs a model with its tokenizer.
-    pub fn new(model: ClipModel, tokenizer: ClipTokenizer) -> Self {
+    pub(crate) fn new(model: ClipModel, tokenizer: ClipTokenizer) -> Self {
         Self { model, tokenizer }
     }
 
-    /// Loads model and tokenizer from a CLIP directory (see [`super::load_clip`]), in f32.
-    pub fn load(dir: &Path, device: &Device) -> std::result::Result<Self, LoadError> {
-        Self::load_with_dtype(dir, DType::F32, device)
-    }
-
-    /// Loads model and tokenizer with the model's matrix weights in `dtype`
-    /// (see [`load_clip_with_dtype`]).
-    pub fn load_with_dtype(
+    /// Loads model and tokenizer from a CLIP directory, the model's matrix weights in `dtype`
+    /// (see [`load_clip`]).
+    pub(crate) fn load(
         dir: &Path,
         dtype: DType,
         device: &Device,
     ) -> std::result::Result<Self, LoadError> {
-        let model = load_clip_with_dtype(dir, dtype, device)?;
+        let model = load_clip(dir, dtype, device)?;
         let context = model.config().text_config.max_position_embeddings;
         Ok(Self::new(model, ClipTokenizer::from_dir(dir, context)?))
-    }
-
-    /// The model.
-    pub fn model(&self) -> &ClipModel {
-        &self.model
-    }
-
-    /// The tokenizer.
-    pub fn tokenizer(&self) -> &ClipTokenizer {
-        &self.tokenizer
     }
 
     /// Input side of the vision tower in pixels.
@@ -75,12 +60,13 @@ impl ClipScorer {
     }
 
     /// Cosine similarities `(n_images, n_texts)` of two sets of embeddings (normalised here).
-    pub fn cosine(image_embeds: &Tensor, text_embeds: &Tensor) -> Result<Tensor> {
+    #[cfg(test)]
+    pub(crate) fn cosine(image_embeds: &Tensor, text_embeds: &Tensor) -> Result<Tensor> {
         normalize(image_embeds)?.matmul(&normalize(text_embeds)?.t()?)
     }
 
     /// `exp(logit_scale)`: multiply cosines by it to get CLIP's logits.
-    pub fn logit_scale(&self) -> Result<f32> {
+    pub(crate) fn logit_scale(&self) -> Result<f32> {
         self.model.logit_scale()
     }
 }

@@ -13,7 +13,7 @@ use super::settings::RunSettings;
 use super::stream;
 use crate::autodiff::rng::Rng;
 use crate::clip::{
-    load_text_with_projection_with_dtype, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
+    load_text_with_projection, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
 };
 use crate::device::memory as device_memory;
 use crate::device::Precision;
@@ -75,14 +75,14 @@ impl Models {
         let shap_e = ShapE::load(shap_e_dir, dtype, device)
             .with_context(|| format!("loading the Shap-E pipeline in {}", shap_e_dir.display()))?;
         let text_dir = shap_e_dir.join("text_encoder");
-        let text_encoder = load_text_with_projection_with_dtype(&text_dir, dtype, device)
-            .with_context(|| {
+        let text_encoder =
+            load_text_with_projection(&text_dir, dtype, device).with_context(|| {
                 format!("loading the prior's text encoder in {}", text_dir.display())
             })?;
         let tok_dir = shap_e_dir.join("tokenizer");
         let tokenizer = ClipTokenizer::from_dir(&tok_dir, 77)
             .with_context(|| format!("loading the prior's tokenizer in {}", tok_dir.display()))?;
-        let scorer = ClipScorer::load_with_dtype(clip_dir, dtype, device)
+        let scorer = ClipScorer::load(clip_dir, dtype, device)
             .with_context(|| format!("loading the scoring CLIP in {}", clip_dir.display()))?;
         let negatives_file = clip_dir.join(guide::NEGATIVES_FILE);
         let negatives = if negatives_file.is_file() {

@@ -40,7 +40,7 @@ fn folders() -> tempfile::TempDir {
 fn load(dir: &std::path::Path, p: Precision) -> (Decoder, ClipScorer) {
     let dev = Device::Cpu;
     let shap_e = ShapE::load(&dir.join("shap_e"), p.dtype(), &dev).unwrap();
-    let scorer = ClipScorer::load_with_dtype(&dir.join("clip"), p.dtype(), &dev).unwrap();
+    let scorer = ClipScorer::load(&dir.join("clip"), p.dtype(), &dev).unwrap();
     (shap_e.decoder, scorer)
 }
 

@@ -311,7 +311,7 @@ mod tests {
     fn random_clip_loads_and_scores() -> Result<()> {
         let dir = tempfile::tempdir().map_err(io)?;
         write_random_clip(dir.path(), &toy_clip_config(32, 2, 32, 8), 1).unwrap();
-        let scorer = ClipScorer::load(dir.path(), &Device::Cpu).unwrap();
+        let scorer = ClipScorer::load(dir.path(), DType::F32, &Device::Cpu).unwrap();
         let t = scorer.embed_texts(&["a red cube", "a blue torus"]).unwrap();
         let img = Rng::new(2).uniform_tensor(&[1, 3, 32, 32], &Device::Cpu)?;
         let i = scorer.embed_images(&img, &Policy::BLOCKS)?;
