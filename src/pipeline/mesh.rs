@@ -43,7 +43,7 @@ pub fn extract_mesh(
 ) -> Result<mesh::Mesh> {
     let field = LatentField::new(decoder, latent)?;
     let g = mesh::sample_grid(&field, device, grid, mesh::Bounds::SHAP_E, 4096)?;
-    let mut m = mesh::marching_cubes(&g, 0.0, mesh::McMode::Exact)?;
+    let mut m = mesh::marching_cubes(&g, &mesh::McOptions::default())?;
     m.colours = mesh::sample_colours(&field, device, &m.positions, 4096)?;
     Ok(m)
 }

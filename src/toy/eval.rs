@@ -285,14 +285,15 @@ fn check(mesh: &Mesh) -> Result<(), EvalError> {
 mod tests {
     use super::*;
     use crate::autodiff::rng::Rng;
-    use crate::mesh::{marching_cubes, sample_colours, sample_grid, Bounds, McMode, DEFAULT_CHUNK};
+    use crate::mesh::field::DEFAULT_CHUNK;
+    use crate::mesh::{marching_cubes, sample_colours, sample_grid, Bounds, McOptions};
     use crate::toy::world::{combinations, WorldObject};
     use candle_core::Device;
 
     /// Marching cubes of `obj` at `n`³ over [−1, 1]³, coloured from the field.
     fn mesh_of(obj: &WorldObject, n: usize) -> Mesh {
         let grid = sample_grid(obj, &Device::Cpu, n, Bounds::SHAP_E, DEFAULT_CHUNK).unwrap();
-        let mut mesh = marching_cubes(&grid, 0.0, McMode::Exact).unwrap();
+        let mut mesh = marching_cubes(&grid, &McOptions::default()).unwrap();
         mesh.colours = sample_colours(obj, &Device::Cpu, &mesh.positions, DEFAULT_CHUNK).unwrap();
         mesh
     }
