@@ -39,7 +39,7 @@ pub enum Activation {
 
 impl Activation {
     /// Applies the activation; differentiable with respect to `x`.
-    pub fn forward(self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(self, x: &Tensor) -> Result<Tensor> {
         let xd = x.detach();
         let y = match self {
             Activation::GeluErf => xd.gelu_erf()?,
