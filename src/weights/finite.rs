@@ -11,9 +11,9 @@ const BLOCK: usize = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NonFinite {
     /// How many values are NaN or infinite.
-    pub count: usize,
+    pub(crate) count: usize,
     /// Element index of the first.
-    pub first: usize,
+    pub(crate) first: usize,
 }
 
 /// Scans `bytes`, little-endian values of the safetensors dtype `dtype` (`F16`, `BF16`, `F32`,

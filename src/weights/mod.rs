@@ -5,7 +5,7 @@
 
 mod backend;
 mod error;
-pub mod files;
+pub(crate) mod files;
 pub mod finite;
 mod problem;
 mod weight_file;
