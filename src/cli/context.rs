@@ -28,7 +28,7 @@ pub(super) struct Context {
 
 impl Context {
     /// Reads `HF_HUB_OFFLINE` from the environment.
-    pub fn new(device: DeviceSpec, dtype: Option<Precision>, quiet: bool) -> Self {
+    pub(crate) fn new(device: DeviceSpec, dtype: Option<Precision>, quiet: bool) -> Self {
         let offline = std::env::var("HF_HUB_OFFLINE")
             .map(|v| {
                 matches!(
