@@ -5,7 +5,7 @@ use std::path::Path;
 use candle_core::{DType, Tensor};
 
 /// Largest absolute difference of two tensors of the same shape (compared in f32).
-pub fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
+pub(super) fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims(), "shapes differ");
     (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap())
         .unwrap()
@@ -18,7 +18,7 @@ pub fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
 }
 
 /// Copies the folder `from` into `to`, recursively.
-pub fn copy_dir(from: &Path, to: &Path) {
+pub(super) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let p = e.unwrap().path();
