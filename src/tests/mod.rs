@@ -10,5 +10,6 @@ mod mesh;
 mod pipeline;
 mod precision;
 mod prior_grad;
+mod scan_cost;
 mod shap_e;
 mod toy;

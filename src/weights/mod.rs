@@ -6,7 +6,7 @@
 mod backend;
 mod error;
 pub(crate) mod files;
-pub mod finite;
+pub(crate) mod finite;
 mod problem;
 mod weight_file;
 
