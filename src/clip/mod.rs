@@ -17,13 +17,13 @@ pub(crate) mod fused;
 pub(crate) mod load;
 pub(crate) mod model;
 pub(crate) mod preprocess;
-pub mod scorer;
+pub(crate) mod scorer;
 pub(crate) mod text;
 pub(crate) mod tokenizer;
 pub(crate) mod transformer;
 pub(crate) mod vision;
 
-pub use config::{Activation, ClipVisionConfig};
+pub use config::ClipVisionConfig;
 pub(crate) use config::{ClipConfig, ClipTextConfig};
 pub(crate) use describe::describe;
 pub use error::TokenizeError;

@@ -72,6 +72,6 @@ impl ClipScorer {
 }
 
 /// `x / ‖x‖` along the last dimension (differentiable).
-pub fn normalize(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn normalize(x: &Tensor) -> Result<Tensor> {
     x.broadcast_div(&x.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?)
 }
