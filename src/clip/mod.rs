@@ -30,7 +30,7 @@ pub use error::TokenizeError;
 pub(crate) use load::load_text_with_projection;
 pub(crate) use model::ClipModel;
 pub use preprocess::preprocess;
-pub use scorer::ClipScorer;
+pub(crate) use scorer::ClipScorer;
 pub(crate) use text::ClipTextModelWithProjection;
 pub use tokenizer::{ClipTokenizer, Tokens};
 pub use vision::ClipVisionModelWithProjection;

@@ -15,7 +15,7 @@ use crate::autodiff::checkpoint::Policy;
 
 /// A CLIP model with its tokenizer.
 #[derive(Debug, Clone)]
-pub struct ClipScorer {
+pub(crate) struct ClipScorer {
     model: ClipModel,
     tokenizer: ClipTokenizer,
 }
@@ -39,13 +39,16 @@ impl ClipScorer {
     }
 
     /// Input side of the vision tower in pixels.
-    pub fn image_size(&self) -> usize {
+    pub(crate) fn image_size(&self) -> usize {
         self.model.config().vision_config.image_size
     }
 
     /// `prompts` → unit-norm `(n, projection_dim)` text embeddings (no graph). Prompts longer than
     /// the context are cut with a warning.
-    pub fn embed_texts(&self, prompts: &[&str]) -> std::result::Result<Tensor, TokenizeError> {
+    pub(crate) fn embed_texts(
+        &self,
+        prompts: &[&str],
+    ) -> std::result::Result<Tensor, TokenizeError> {
         let device = self.model.device();
         let (ids, _) = self.tokenizer.encode_batch(prompts, device)?;
         let embeds = self.model.text_features(&ids)?;
@@ -54,7 +57,7 @@ impl ClipScorer {
 
     /// `images (n, 3, height, width)` in [0, 1] → unit-norm `(n, projection_dim)` image embeddings,
     /// differentiable with respect to `images`; the vision encoder runs under `policy`.
-    pub fn embed_images(&self, images: &Tensor, policy: &Policy) -> Result<Tensor> {
+    pub(crate) fn embed_images(&self, images: &Tensor, policy: &Policy) -> Result<Tensor> {
         let pixels = preprocess(images, self.image_size())?;
         normalize(&self.model.image_features(&pixels, policy)?)
     }

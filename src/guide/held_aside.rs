@@ -24,7 +24,7 @@ pub(crate) struct Score {
 /// [`super::GuideSettings::eval_side`]) when the caller already has it: the score is a
 /// deterministic function of the latent, so it is not rendered again.
 #[derive(Debug, Clone, Copy)]
-pub struct Start<'a> {
+pub(crate) struct Start<'a> {
     /// The latent `(1, rows, d)`.
     pub(crate) latent: &'a Tensor,
     /// Its held-aside score, if known.
@@ -32,7 +32,7 @@ pub struct Start<'a> {
 }
 
 /// `latent` as a [`Start`] whose score is not known yet.
-pub fn unscored(latent: &Tensor) -> Start<'_> {
+pub(crate) fn unscored(latent: &Tensor) -> Start<'_> {
     Start {
         latent,
         score: None,
@@ -52,7 +52,11 @@ const HELD_ASIDE_SEED: u64 = 0x0005_c04e;
 /// The held-aside images `(4, 3, resolution, resolution)` of `latent` (differentiable when it is a
 /// `Var`): the four [`held_aside_cameras`] with fixed ray draws, each over its
 /// [`HELD_ASIDE_BACKGROUNDS`] entry.
-pub fn held_aside_images(decoder: &Decoder, latent: &Tensor, resolution: usize) -> Result<Tensor> {
+pub(crate) fn held_aside_images(
+    decoder: &Decoder,
+    latent: &Tensor,
+    resolution: usize,
+) -> Result<Tensor> {
     let cams = held_aside_cameras(resolution);
     let settings = RenderSettings {
         n_coarse: 32,

@@ -21,7 +21,7 @@ pub(crate) mod target;
 
 pub use analogy::{completions as analogy_completions, Completion, MAX_WORK as ANALOGY_MAX_WORK};
 pub use explore::Explore;
-pub use held_aside::{held_aside_images, unscored, Start};
+pub(crate) use held_aside::{held_aside_images, unscored, Start};
 pub(crate) use held_aside::{score, Score};
 pub use mode::GuideMode;
 pub(crate) use objective::ViewLoss;
@@ -32,7 +32,7 @@ pub use sampling::{GuidedStep, SamplingGuidance, SamplingTrace};
 pub use settings::GuideSettings;
 pub(crate) use settings::AUTO_RESOLUTION_MAX;
 pub(crate) use start::choose_start;
-pub use start::StartChoice;
-pub use target::{same_prompt, Target};
+pub(crate) use start::StartChoice;
+pub(crate) use target::{same_prompt, Target};
 
 pub(crate) const NEGATIVES_FILE: &str = "negatives.txt";

@@ -16,7 +16,7 @@ use crate::clip::ClipScorer;
 
 /// Whether two prompts are the same, ignoring case and surrounding blanks (a negative equal to
 /// the prompt is dropped).
-pub fn same_prompt(a: &str, b: &str) -> bool {
+pub(crate) fn same_prompt(a: &str, b: &str) -> bool {
     a.trim().to_lowercase() == b.trim().to_lowercase()
 }
 
@@ -27,7 +27,7 @@ pub(crate) const PARAPHRASE_COSINE: f32 = 0.95;
 
 /// The prompt and its negatives as unit text embeddings.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// The prompt.
     prompt: String,
     /// `(1, D)`.
@@ -72,7 +72,7 @@ impl Target {
     /// Embeds `prompt` and `negatives` with `scorer`; negatives equal to the prompt (ignoring case
     /// and surrounding blanks), paraphrases of it ([`PARAPHRASE_COSINE`]) or empty are dropped
     /// (with a log line naming the paraphrases). `contrast` is the weight `c`.
-    pub fn new(
+    pub(crate) fn new(
         scorer: &ClipScorer,
         prompt: &str,
         negatives: &[String],

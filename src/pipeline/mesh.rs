@@ -35,7 +35,7 @@ impl Field for LatentField<'_> {
 
 /// The coloured mesh of a plain latent (no graph): grid sampling, marching cubes and vertex
 /// colours, as the export does.
-pub fn extract_mesh(
+pub(crate) fn extract_mesh(
     decoder: &Decoder,
     latent: &Tensor,
     grid: usize,

@@ -13,10 +13,11 @@ pub(crate) mod stream;
 
 pub(crate) use generate::same_values;
 pub use generate::{generate, Progress};
-pub use mesh::extract_mesh;
+pub(crate) use mesh::extract_mesh;
 pub(crate) use mesh::LatentField;
 pub(crate) use models::read_negatives;
-pub use models::{Guided, Models};
+pub(crate) use models::Guided;
+pub use models::Models;
 pub use report::{
     ExportMemory, MemorySection, Report, ReportSettings, StagePeakBytes, StageSeconds,
 };

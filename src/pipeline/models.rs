@@ -32,18 +32,18 @@ pub(crate) struct ModelSources {
 /// The models of a run, loaded once (a batch reuses them for every item).
 pub struct Models {
     /// Prior, scheduler and decoder.
-    pub shap_e: ShapE,
+    pub(crate) shap_e: ShapE,
     /// The prior's CLIP text tower.
     pub(crate) text_encoder: ClipTextModelWithProjection,
     /// Its tokenizer.
     pub(crate) tokenizer: ClipTokenizer,
     /// The scoring CLIP (guidance).
-    pub scorer: ClipScorer,
+    pub(crate) scorer: ClipScorer,
     /// An optional held-out CLIP that scores the result but never guides it.
     pub(crate) held_out: Option<ClipScorer>,
     /// Negative prompts guidance contrasts the prompt against (the scoring CLIP folder's
     /// [`guide::NEGATIVES_FILE`], or `--negatives`).
-    pub negatives: Vec<String>,
+    pub(crate) negatives: Vec<String>,
     /// Where they came from, for reports.
     pub(crate) sources: ModelSources,
     /// Seconds [`Models::load`] took.
@@ -129,7 +129,7 @@ impl Models {
     /// The prior sample of a run with settings `s` and root generator `rng` (its stream
     /// [`stream::PRIOR`]), so `generate` and `eval` start from the same latent for the same
     /// prompt and seed.
-    pub fn run_sample(
+    pub(crate) fn run_sample(
         &self,
         prompt: &str,
         s: &RunSettings,
@@ -226,7 +226,7 @@ impl Models {
     /// caller has it, so it is not rendered again): exploration picks the start
     /// ([`guide::choose_start`]), then the loop refines it ([`guide::optimize`]). `generate` and
     /// `eval` both go through here.
-    pub fn guide(
+    pub(crate) fn guide(
         &self,
         target: &Target,
         z0: guide::Start<'_>,
@@ -300,13 +300,13 @@ pub(crate) fn read_negatives(path: &Path) -> Result<Vec<String>> {
 
 /// What [`Models::guide`] returns.
 #[derive(Debug, Clone)]
-pub struct Guided {
+pub(crate) struct Guided {
     /// The guided latent (the best by the held-aside score, no graph).
-    pub latent: Tensor,
+    pub(crate) latent: Tensor,
     /// What the loop measured.
-    pub trace: GuideTrace,
+    pub(crate) trace: GuideTrace,
     /// How exploration chose the start.
-    pub start: StartChoice,
+    pub(crate) start: StartChoice,
     /// The latent the loop started from (the prior's sample unless exploration chose another).
     pub(crate) start_latent: Tensor,
 }

@@ -102,7 +102,7 @@ impl Decoder {
     /// STF colour `rgb (n, 3)` in `[0, 1]` (sRGB, before any linearisation). Inputs are detached,
     /// so no graph is built even for a `Var` latent. For many queries of one latent, prepare it
     /// once with [`Decoder::field`].
-    pub fn query_field(&self, latent: &Tensor, points: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn query_field(&self, latent: &Tensor, points: &Tensor) -> Result<(Tensor, Tensor)> {
         self.field(latent)?.query(points)
     }
 

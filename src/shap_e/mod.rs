@@ -22,7 +22,7 @@ pub use decoder::Decoder;
 pub(crate) use decoder::FieldQuery;
 pub(crate) use describe::describe;
 pub(crate) use latent::{load_latent, save_latent};
-pub use model::ShapE;
+pub(crate) use model::ShapE;
 pub(crate) use model::{SamplingDefaults, SAMPLING_FILE};
 pub use prior::PriorTransformer;
 pub(crate) use sampler::initial_noise;

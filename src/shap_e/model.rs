@@ -52,13 +52,13 @@ impl SamplingDefaults {
 
 /// Prior, scheduler config and decoder of one Shap-E checkpoint.
 #[derive(Debug, Clone)]
-pub struct ShapE {
+pub(crate) struct ShapE {
     /// The latent prior.
     pub(crate) prior: PriorTransformer,
     /// The sampler's schedule.
     pub(crate) scheduler: SchedulerConfig,
     /// The latent decoder.
-    pub decoder: Decoder,
+    pub(crate) decoder: Decoder,
     /// Recommended sampling settings.
     pub(crate) sampling: SamplingDefaults,
 }

@@ -34,26 +34,26 @@ impl Default for EvalOptions {
 
 /// One shape's best IoU with the mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ShapeScore {
+pub(crate) struct ShapeScore {
     /// The candidate shape.
-    pub shape: Shape,
+    pub(crate) shape: Shape,
     /// Best volumetric IoU over the yaw sweep, in [0, 1].
-    pub iou: f32,
+    pub(crate) iou: f32,
     /// The yaw (radians) that achieved it.
     pub(crate) yaw: f32,
 }
 
 /// The verdict on one mesh.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Classification {
+pub(crate) struct Classification {
     /// The best-matching shape.
-    pub shape: Shape,
+    pub(crate) shape: Shape,
     /// Its IoU.
-    pub shape_iou: f32,
+    pub(crate) shape_iou: f32,
     /// Every shape, best first.
-    pub ranking: Vec<ShapeScore>,
+    pub(crate) ranking: Vec<ShapeScore>,
     /// The nearest colour name.
-    pub colour: Colour,
+    pub(crate) colour: Colour,
     /// ΔE*76 from the mean colour to that colour's canonical value.
     pub(crate) colour_distance: f32,
     /// Area-weighted mean vertex colour, linear RGB.
@@ -66,7 +66,7 @@ pub struct Classification {
 
 /// Why a mesh cannot be judged.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum EvalError {
+pub(crate) enum EvalError {
     /// No triangles.
     #[error("mesh has no triangles, so there is nothing to classify; check that the export found a surface")]
     Empty,
@@ -95,7 +95,7 @@ pub enum EvalError {
 }
 
 /// Classifies `mesh` by shape and colour with the default [`EvalOptions`].
-pub fn classify(mesh: &Mesh) -> Result<Classification, EvalError> {
+pub(crate) fn classify(mesh: &Mesh) -> Result<Classification, EvalError> {
     classify_with(mesh, &EvalOptions::default())
 }
 

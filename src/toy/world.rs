@@ -49,7 +49,7 @@ pub enum Colour {
 
 /// Shape × colour combinations kept out of the toy prior's training set (CLIP still sees them). Each shape and
 /// each colour appears exactly once, so every one of them is trained with its five other partners.
-pub const HELD_OUT: [(Shape, Colour); 6] = [
+pub(crate) const HELD_OUT: [(Shape, Colour); 6] = [
     (Shape::Sphere, Colour::Green),
     (Shape::Cube, Colour::Blue),
     (Shape::Cylinder, Colour::Yellow),
@@ -77,7 +77,7 @@ pub(crate) const SHAPE_ALIASES: [(&str, &str); 6] = [
 
 impl Shape {
     /// Every shape, in declaration order.
-    pub const ALL: [Shape; 6] = [
+    pub(crate) const ALL: [Shape; 6] = [
         Shape::Sphere,
         Shape::Cube,
         Shape::Cylinder,
@@ -193,12 +193,12 @@ impl Colour {
 }
 
 /// Whether the embedded toy prior's training set leaves this combination out ([`HELD_OUT`]).
-pub fn is_held_out(shape: Shape, colour: Colour) -> bool {
+pub(crate) fn is_held_out(shape: Shape, colour: Colour) -> bool {
     HELD_OUT.contains(&(shape, colour))
 }
 
 /// Every shape × colour combination, shape-major.
-pub fn combinations() -> Vec<(Shape, Colour)> {
+pub(crate) fn combinations() -> Vec<(Shape, Colour)> {
     Shape::ALL
         .into_iter()
         .flat_map(|s| Colour::ALL.into_iter().map(move |c| (s, c)))
@@ -252,7 +252,7 @@ impl WorldObject {
     }
 
     /// An object with size, yaw and shade drawn from `rng` (five draws, always in the same order).
-    pub fn random(shape: Shape, colour: Colour, rng: &mut Rng) -> Self {
+    pub(crate) fn random(shape: Shape, colour: Colour, rng: &mut Rng) -> Self {
         let scale = rng.range(SCALE_RANGE.0, SCALE_RANGE.1);
         let yaw = rng.range(0.0, std::f32::consts::TAU);
         let brightness = rng.range(BRIGHTNESS_RANGE.0, BRIGHTNESS_RANGE.1);
