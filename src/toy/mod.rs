@@ -12,11 +12,12 @@
 //! * [`train_clip`], [`train_prior`]: contrastive CLIP and diffusion prior training;
 //! * [`random`]: random-weight model folders in the loaders' layout (tests, benches, training);
 //! * [`accuracy`]: `clipsculpt eval`, accuracy per guidance mode over prompts and seeds;
-//! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`.
+//! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`;
+//! * [`probe`]: the research probes behind `cargo bench --bench diagnose` / `guide_probe`.
 //!
-//! Public, for the integration tests and the benches: the world's objects and captions,
-//! [`classify`], the renders ([`render`]) and random-weight models ([`random`]); training and
-//! the `eval` report are crate-internal.
+//! Public, for the integration tests and the benches: the world's objects ([`Shape`],
+//! [`Colour`], [`WorldObject`]), random-weight models ([`random`]) and the probes ([`probe`]);
+//! the evaluator, captions, renders, training and the `eval` report are crate-internal.
 
 pub(crate) mod accuracy;
 pub(crate) mod caption;
