@@ -237,7 +237,7 @@ impl PriorTransformer {
     /// `x`: `(n, num_embeddings, embedding_dim)` scaled latents; `timestep`: fractional training
     /// timestep; `proj_embedding`: `(n, embedding_proj_dim)` conditioning. Returns
     /// `(n, num_embeddings, clip_embed_dim)`; channels `[0, embedding_dim)` are the x0 prediction.
-    pub(crate) fn forward_with_policy(
+    pub fn forward_with_policy(
         &self,
         x: &Tensor,
         timestep: f32,
