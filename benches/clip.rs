@@ -65,15 +65,12 @@ fn run(
 }
 
 fn vit(width: usize, layers: usize, heads: usize, patch: usize, image: usize) -> ClipVisionConfig {
-    ClipVisionConfig {
-        hidden_size: width,
-        intermediate_size: 4 * width,
-        num_hidden_layers: layers,
-        num_attention_heads: heads,
-        patch_size: patch,
-        image_size: image,
-        ..ClipVisionConfig::default()
-    }
+    // As in a `config.json`: the keys not given keep their defaults.
+    serde_json::from_value(serde_json::json!({
+        "hidden_size": width, "intermediate_size": 4 * width, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "patch_size": patch, "image_size": image
+    }))
+    .expect("a valid vision config")
 }
 
 fn main() -> Result<()> {

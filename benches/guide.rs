@@ -26,9 +26,7 @@ use candle_core::{Device, Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::memory::{mib, CountingAlloc};
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::clip::{
-    preprocess, scorer::normalize, ClipVisionConfig, ClipVisionModelWithProjection,
-};
+use clipsculpt::clip::{preprocess, ClipVisionConfig, ClipVisionModelWithProjection};
 use clipsculpt::render::{render_views_with, Camera, RayDraws, RenderSettings};
 use clipsculpt::shap_e::{Decoder, RendererConfig};
 use clipsculpt::toy::random::random_frozen_in;
@@ -36,6 +34,11 @@ use common::{BenchEnv, Size};
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
+
+/// `x / ‖x‖` along the last dimension (differentiable), as the scorer normalises embeddings.
+fn normalize(x: &Tensor) -> Result<Tensor> {
+    x.broadcast_div(&x.sqr()?.sum_keepdim(candle_core::D::Minus1)?.sqrt()?)
+}
 
 fn json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T> {
     serde_json::from_value(v).map_err(|e| candle_core::Error::Msg(e.to_string()))

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use clipsculpt::mesh::{marching_cubes_with, shapes, Bounds, Grid, McOptions};
+use clipsculpt::mesh::{marching_cubes, shapes, Bounds, Grid, McOptions};
 
 fn best_ms(reps: usize, mut f: impl FnMut() -> (usize, usize)) -> (f64, (usize, usize)) {
     let mut best = f64::INFINITY;
@@ -38,7 +38,7 @@ fn main() {
                 parallel,
                 ..McOptions::default()
             };
-            let (ms, (v, f)) = best_ms(reps, || match marching_cubes_with(&grid, &opts) {
+            let (ms, (v, f)) = best_ms(reps, || match marching_cubes(&grid, &opts) {
                 Ok(m) => (m.positions.len(), m.faces.len()),
                 Err(e) => panic!("marching cubes on the {n}³ sphere failed: {e}"),
             });

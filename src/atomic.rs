@@ -10,8 +10,10 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
-pub use lock::{DirLock, LockError};
-pub use out_dir::{relocate_report, OutDirError, OutputDir, RunSummary};
+pub(crate) use lock::DirLock;
+pub use lock::LockError;
+pub(crate) use out_dir::OutputDir;
+pub use out_dir::{relocate_report, RunSummary};
 
 /// Writes `bytes` to `path` atomically: a reader sees either the old file or the complete new one.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -21,7 +23,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// Like [`write_atomic`], with the content produced by a writer callback (for large streamed outputs).
 ///
 /// The error is the bare I/O error: callers name the path once, in their own context.
-pub fn write_atomic_with(
+pub(crate) fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut io::BufWriter<fs::File>) -> io::Result<()>,
 ) -> io::Result<()> {

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The layers, bottom first. Modules on one layer do not import each other.
+/// The layers, bottom first. Modules on one layer do not import each other. `tests` is the
+/// crate's own tests of internals (`#[cfg(test)]`), which may use every module.
 const LAYERS: &[&[&str]] = &[
     &["atomic", "device", "kernels"],
     &["autodiff", "weights"],
@@ -16,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["batch"],
     &["toy"],
     &["cli"],
+    &["tests"],
 ];
 
 fn src() -> PathBuf {

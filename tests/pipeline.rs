@@ -1,14 +1,12 @@
-//! The pipeline on random-weight models: extracted meshes carry the field colours, and a small
-//! guided run raises the CLIP cosine and writes every output.
+//! The pipeline on random-weight models: a small guided run raises the CLIP cosine and writes
+//! every output.
 
 use anyhow::Result;
-use candle_core::{DType, Device, Tensor};
+use candle_core::Device;
 use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::guide::{Explore, GuideMode, GuideSettings, SamplingGuidance};
 use clipsculpt::mesh::Format;
-use clipsculpt::pipeline::{extract_mesh, generate, Models, RunSettings};
-use clipsculpt::shap_e::ShapE;
+use clipsculpt::pipeline::{generate, Models, RunSettings};
 use clipsculpt::toy::random::{
     toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes,
 };
@@ -47,30 +45,6 @@ fn small_guide() -> GuideSettings {
         clip_policy: Policy::BLOCKS,
         ..GuideSettings::default()
     }
-}
-
-/// Regression: the extracted mesh carries the decoder's colours (the evaluator once judged every
-/// mesh grey because the colours were never sampled).
-#[test]
-fn extracted_meshes_carry_the_field_colours() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    write_random_shap_e(dir.path(), SIZES, 5)?;
-    let shap_e = ShapE::load(dir.path(), DType::F32, &Device::Cpu)?;
-    let rows = shap_e.decoder.config().latent_rows();
-    let z = (Rng::new(1).normal_tensor(&[1, rows, 16], &Device::Cpu)? * 3.0)?;
-    let m = extract_mesh(&shap_e.decoder, &z, 24, &Device::Cpu)?;
-    assert_eq!(m.colours.len(), m.positions.len());
-    let (_, rgb) = shap_e
-        .decoder
-        .query_field(&z, &Tensor::new(&[m.positions[0]], &Device::Cpu)?)?;
-    let srgb = rgb.flatten_all()?.to_vec1::<f32>()?;
-    for (c, s) in m.colours[0].iter().zip(srgb) {
-        assert!(
-            (c - clipsculpt::mesh::colour::srgb_to_linear(s)).abs() < 1e-5,
-            "{c} vs linear({s})"
-        );
-    }
-    Ok(())
 }
 
 /// The keep margin decides between the start and the best evaluation: with no margin this run

@@ -30,7 +30,7 @@ pub enum LockError {
 
 /// An exclusive advisory lock on `path`, released (and the lock file removed) on drop.
 #[derive(Debug)]
-pub struct DirLock {
+pub(crate) struct DirLock {
     path: PathBuf,
     file: File,
 }
@@ -38,7 +38,7 @@ pub struct DirLock {
 impl DirLock {
     /// Takes the lock at `path` without waiting; `what` names the protected output in the
     /// refusal message.
-    pub fn try_acquire(path: &Path, what: &str) -> Result<DirLock, LockError> {
+    pub(crate) fn try_acquire(path: &Path, what: &str) -> Result<DirLock, LockError> {
         let io_err = |source| LockError::Io {
             lock: path.to_path_buf(),
             source,
@@ -84,7 +84,8 @@ impl DirLock {
     }
 
     /// The lock file.
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

@@ -26,7 +26,7 @@ const RUN_FILES: [&str; 7] = [
 
 /// Why an output folder cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum OutDirError {
+pub(crate) enum OutDirError {
     /// `--out` names no folder (`/`, `.`, `..`).
     #[error("--out {} names no folder; give a folder such as outputs/run", .0.display())]
     NoName(PathBuf),
@@ -77,10 +77,10 @@ impl OutDirError {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct RunSummary {
     /// The prompt.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// The clipsculpt version that wrote it.
     #[serde(default)]
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
 }
 
 impl RunSummary {
@@ -90,7 +90,7 @@ impl RunSummary {
     }
 
     /// The summary of the run in `dir`, from its `report.json`.
-    pub fn read(dir: &Path) -> Option<RunSummary> {
+    pub(crate) fn read(dir: &Path) -> Option<RunSummary> {
         Self::parse(&fs::read(dir.join("report.json")).ok()?)
     }
 }
@@ -128,7 +128,7 @@ enum Mode {
 /// A private work folder that becomes `--out` on [`commit`](OutputDir::commit), and is removed
 /// if the run ends without committing.
 #[derive(Debug)]
-pub struct OutputDir {
+pub(crate) struct OutputDir {
     target: PathBuf,
     work: PathBuf,
     mode: Mode,
@@ -141,7 +141,7 @@ impl OutputDir {
     /// Prepares a run into the folder `out` (`generate`, `sample`): takes the lock, removes
     /// leftovers of killed runs, refuses an existing run unless `overwrite`, creates the private
     /// folder.
-    pub fn folder(out: &Path, overwrite: bool) -> Result<OutputDir, OutDirError> {
+    pub(crate) fn folder(out: &Path, overwrite: bool) -> Result<OutputDir, OutDirError> {
         let dir = Self::prepare(out, Mode::Folder, overwrite)?;
         match existing(out)? {
             Existing::Nothing => {}
@@ -159,7 +159,11 @@ impl OutputDir {
 
     /// Prepares a run that adds the files `names` to the folder `out`, which may exist
     /// (`export`): an existing file of those names is refused unless `overwrite`.
-    pub fn files(out: &Path, names: &[String], overwrite: bool) -> Result<OutputDir, OutDirError> {
+    pub(crate) fn files(
+        out: &Path,
+        names: &[String],
+        overwrite: bool,
+    ) -> Result<OutputDir, OutDirError> {
         let dir = Self::prepare(out, Mode::Files, overwrite)?;
         if !overwrite {
             if let Some(p) = names.iter().map(|n| out.join(n)).find(|p| p.exists()) {
@@ -203,18 +207,18 @@ impl OutputDir {
     }
 
     /// The private folder the run writes into.
-    pub fn work(&self) -> &Path {
+    pub(crate) fn work(&self) -> &Path {
         &self.work
     }
 
     /// The final folder (`--out`).
-    pub fn target(&self) -> &Path {
+    pub(crate) fn target(&self) -> &Path {
         &self.target
     }
 
     /// Moves the finished outputs into place: the whole folder (replacing an old run by an
     /// atomic exchange when `overwrite`), or each file.
-    pub fn commit(mut self) -> Result<PathBuf, OutDirError> {
+    pub(crate) fn commit(mut self) -> Result<PathBuf, OutDirError> {
         relocate_report(&self.work, &self.target);
         sync_dir(&self.work);
         let folder_exists = self.target.is_dir();

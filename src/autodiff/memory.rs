@@ -5,7 +5,8 @@
 //! configurations inside one process (freed memory stays resident), so all in-process comparisons
 //! use this counter.
 
-pub use crate::device::memory::host::{current, is_counting, peak, reset_peak, CountingAlloc};
+pub use crate::device::memory::host::{current, is_counting, CountingAlloc};
+pub(crate) use crate::device::memory::host::{peak, reset_peak};
 
 /// Keeps freed heap memory mapped for reuse (glibc: no `mmap` for large blocks, no trimming of
 /// the heap top). Call once at program start, before threads allocate.

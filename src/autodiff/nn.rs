@@ -85,7 +85,7 @@ pub(crate) struct LayerNorm {
 
 impl LayerNorm {
     /// A LayerNorm from its `(d)` weight, optional `(d)` bias and epsilon.
-    pub fn new(weight: Tensor, bias: Option<Tensor>, eps: f64) -> Self {
+    pub(crate) fn new(weight: Tensor, bias: Option<Tensor>, eps: f64) -> Self {
         Self { weight, bias, eps }
     }
 

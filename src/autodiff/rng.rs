@@ -19,7 +19,7 @@ impl Rng {
     }
 
     /// An independent generator for sub-stream `stream` (e.g. one per optimization step).
-    pub fn fork(&self, stream: u64) -> Self {
+    pub(crate) fn fork(&self, stream: u64) -> Self {
         let mut r = Self::new(self.state ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
         r.next_u64();
         r

@@ -86,7 +86,7 @@ impl ManifestLines {
 impl Manifest {
     /// Opens the manifest for `shard` in `out_dir`, taking the shard's lock, and reads which
     /// items are done (all shards).
-    pub fn open(out_dir: &Path, shard: Shard) -> Result<Manifest, BatchError> {
+    pub(crate) fn open(out_dir: &Path, shard: Shard) -> Result<Manifest, BatchError> {
         let name = if shard.count == 1 {
             "manifest.jsonl".to_string()
         } else {
@@ -134,7 +134,7 @@ impl Manifest {
     }
 
     /// Appends a record and syncs it to disk.
-    pub fn append(&mut self, record: &Record) -> Result<(), BatchError> {
+    pub(crate) fn append(&mut self, record: &Record) -> Result<(), BatchError> {
         let err = |e: std::io::Error| {
             BatchError::Manifest {
             path: self.path.clone(),

@@ -21,9 +21,9 @@ pub(crate) struct BatchSummary {
     /// Items that failed now.
     pub(crate) failed: usize,
     /// Items that belong to other shards.
-    pub other_shards: usize,
+    pub(crate) other_shards: usize,
     /// Items skipped because another process was running them.
-    pub running_elsewhere: usize,
+    pub(crate) running_elsewhere: usize,
 }
 
 /// The error type of one item's job.

@@ -31,7 +31,7 @@ impl Shard {
     /// Slurm (`SLURM_ARRAY_TASK_ID` − `SLURM_ARRAY_TASK_MIN`, of `SLURM_ARRAY_TASK_COUNT`) or
     /// Kubernetes (`JOB_COMPLETION_INDEX`, with the count from `--shard-count`). `None` when
     /// neither is set.
-    pub fn from_env(
+    pub(crate) fn from_env(
         var: impl Fn(&str) -> Option<String>,
         shard_count: Option<usize>,
     ) -> Result<Option<Shard>, BatchError> {
@@ -74,7 +74,7 @@ impl Shard {
     }
 
     /// A checked shard.
-    pub fn new(index: usize, count: usize) -> Result<Shard, BatchError> {
+    pub(crate) fn new(index: usize, count: usize) -> Result<Shard, BatchError> {
         if count == 0 || index >= count {
             return Err(BatchError::Shard(format!(
                 "shard {index}/{count} is out of range: the index must be below the count (0-based)"

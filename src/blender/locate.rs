@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::error::BlenderError;
 
 /// Name of the environment variable that may name the Blender executable.
-pub const BLENDER_ENV: &str = "BLENDER";
+pub(crate) const BLENDER_ENV: &str = "BLENDER";
 
 /// Where to look for Blender, in order: an explicit path (flag), the `BLENDER` variable, the `PATH` variable.
 #[derive(Debug, Clone, Default)]

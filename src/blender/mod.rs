@@ -28,7 +28,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use error::BlenderError;
-pub use locate::{Lookup, BLENDER_ENV};
+pub use locate::Lookup;
 pub use pixels::{object_pixels, ObjectPixels};
 
 use crate::atomic::{write_atomic, write_atomic_with};

@@ -33,7 +33,7 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let Self {
             file,
             settings,

@@ -28,7 +28,7 @@ pub(super) struct Context {
 
 impl Context {
     /// Reads `HF_HUB_OFFLINE` from the environment.
-    pub fn new(device: DeviceSpec, dtype: Option<Precision>, quiet: bool) -> Self {
+    pub(crate) fn new(device: DeviceSpec, dtype: Option<Precision>, quiet: bool) -> Self {
         let offline = std::env::var("HF_HUB_OFFLINE")
             .map(|v| {
                 matches!(
@@ -77,7 +77,7 @@ impl Context {
             let dir = self
                 .resolve(spec, ModelKind::Clip)
                 .with_context(|| format!("resolving --eval-clip {spec}"))?;
-            let scorer = ClipScorer::load_with_dtype(&dir, precision.dtype(), device)
+            let scorer = ClipScorer::load(&dir, precision.dtype(), device)
                 .with_context(|| format!("loading the held-out CLIP in {}", dir.display()))?;
             models.held_out = Some(scorer);
         }

@@ -20,7 +20,7 @@ pub(super) struct Download {
 }
 
 impl Download {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let kind = self.kind.unwrap_or_else(|| ModelKind::guess(&self.spec));
         let ModelSpec::Hub { .. } = &self.spec else {
             bail!(

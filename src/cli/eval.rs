@@ -38,7 +38,7 @@ pub(super) struct Eval {
 }
 
 impl Eval {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let parsed = parse_prompt_file(&self.file)?;
         if let Some(e) = parsed.errors.first() {
             bail!("{e}");

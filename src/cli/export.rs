@@ -38,7 +38,7 @@ pub(super) struct Export {
 }
 
 impl Export {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let device = cx.open_device()?;
         let z = load_latent(&self.latent, &device)?;
         let dir = cx.resolve(&self.models.model, ModelKind::ShapE)?;

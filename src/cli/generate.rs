@@ -33,7 +33,7 @@ pub(super) struct Generate {
 }
 
 impl Generate {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let Self {
             prompt,
             settings,

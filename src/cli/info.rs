@@ -21,7 +21,7 @@ pub(super) struct Info {
 }
 
 impl Info {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         println!("device: {}", cx.device);
         println!(
             "hf cache: HF_HUB_OFFLINE={} (cache in $HF_HOME, default ~/.cache/huggingface)",

@@ -31,7 +31,7 @@ pub(crate) const EXIT_OK: u8 = 0;
 /// Exit code: a batch finished but some items failed (see the manifest).
 pub(crate) const EXIT_PARTIAL: u8 = 1;
 /// Exit code: usage or setup error; nothing was produced.
-pub const EXIT_SETUP: u8 = 2;
+pub(crate) const EXIT_SETUP: u8 = 2;
 /// Exit code: `generate` wrote its latents, previews and `report.json`, but the latent has no surface to mesh.
 pub(crate) const EXIT_NO_MESH: u8 = 3;
 
@@ -45,7 +45,7 @@ Environment: RUST_LOG (log filter), HF_HOME (hub cache), HF_HUB_OFFLINE=1 (cache
 SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX (default --shard for batch),\n\
 BLENDER (the Blender executable for previews)."
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     log: LogArgs,
     /// Compute device: cpu, cuda or cuda:N (cuda needs the `cuda` cargo feature).
@@ -96,7 +96,7 @@ enum Command {
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
-pub fn init_tracing(args: &Args) {
+pub(crate) fn init_tracing(args: &Args) {
     let default = match (args.log.quiet, args.log.verbose) {
         (true, _) => "error",
         (false, 0) => "info",
@@ -114,7 +114,7 @@ pub fn init_tracing(args: &Args) {
 
 /// An error as one line: its chain of causes joined by `: `, each cause once (a cause already
 /// spelled out by the message above it is not repeated), line breaks folded into `; `.
-pub fn error_line(err: &anyhow::Error) -> String {
+pub(crate) fn error_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in err.chain() {
         let text = cause.to_string();
@@ -160,8 +160,22 @@ fn io_hint(err: &anyhow::Error) -> Option<&'static str> {
     }
 }
 
+/// The whole program: parses the command line, sets up logging, runs the command and returns
+/// its exit code; a failure is printed once, as one line, and exits with [`EXIT_SETUP`].
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    init_tracing(&args);
+    match run(args) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {}", error_line(&err));
+            ExitCode::from(EXIT_SETUP)
+        }
+    }
+}
+
 /// Runs the parsed command and returns the process exit code.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let cx = Context::new(args.device, args.dtype, args.log.quiet);
     match args.command {
         Command::Generate(c) => c.run(&cx),

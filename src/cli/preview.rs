@@ -42,7 +42,7 @@ pub(super) struct BlenderArgs {
 
 impl BlenderArgs {
     /// The Blender to run, or the one-line "not found, install it" error.
-    pub fn find(&self) -> anyhow::Result<PathBuf> {
+    pub(crate) fn find(&self) -> anyhow::Result<PathBuf> {
         Ok(Lookup::from_env(self.blender_path.clone()).find()?)
     }
 
@@ -74,7 +74,7 @@ pub(super) struct BlenderPreviewArgs {
 impl BlenderPreviewArgs {
     /// The Blender to use when a preview is asked for: found before any work starts, so a missing Blender fails
     /// in a second, not after the run.
-    pub fn find(&self) -> anyhow::Result<Option<PathBuf>> {
+    pub(crate) fn find(&self) -> anyhow::Result<Option<PathBuf>> {
         self.blender_preview
             .then(|| self.blender.find())
             .transpose()
@@ -117,7 +117,7 @@ pub(super) struct Preview {
 
 impl Preview {
     /// Runs the command.
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let quiet = cx.quiet;
         let _ = self.blender;
         let exe = self.opts.find()?;

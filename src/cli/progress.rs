@@ -14,7 +14,7 @@ pub(super) struct StageBar {
 }
 
 impl StageBar {
-    pub fn new(quiet: bool) -> Self {
+    pub(crate) fn new(quiet: bool) -> Self {
         Self {
             bar: RefCell::new(None),
             quiet,

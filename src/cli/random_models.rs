@@ -59,7 +59,7 @@ fn clip_config(
 }
 
 impl RandomModels {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         ensure_writable(&self.out)?;
         let shap_e = match self.preset {
             Preset::Published | Preset::Large => ShapESizes {

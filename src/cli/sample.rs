@@ -43,7 +43,7 @@ pub(super) struct Sample {
 }
 
 impl Sample {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         check_prompt(&self.prompt).map_err(anyhow::Error::msg)?;
         let device = cx.open_device()?;
         let out = self

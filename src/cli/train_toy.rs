@@ -55,7 +55,7 @@ pub(super) struct TrainToy {
 }
 
 impl TrainToy {
-    pub fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let device = cx.open_device()?;
         ensure_writable(&self.out)?;
         let mut settings = if self.quick {

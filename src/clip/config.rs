@@ -6,13 +6,13 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use crate::autodiff::ops::Activation;
+pub(crate) use crate::autodiff::ops::Activation;
 
 /// The text tower (`CLIPTextConfig`); also the whole `config.json` of a text-only checkpoint such as
 /// openai/shap-e's `text_encoder/`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
-pub struct ClipTextConfig {
+pub(crate) struct ClipTextConfig {
     /// Token vocabulary size.
     pub(crate) vocab_size: usize,
     /// Width of the residual stream.
@@ -64,25 +64,25 @@ impl Default for ClipTextConfig {
 #[serde(default)]
 pub struct ClipVisionConfig {
     /// Width of the residual stream.
-    pub hidden_size: usize,
+    pub(crate) hidden_size: usize,
     /// Width of the MLP.
-    pub intermediate_size: usize,
+    pub(crate) intermediate_size: usize,
     /// Output size of a standalone `CLIPVisionModelWithProjection` (unused by `CLIPModel`).
     pub projection_dim: usize,
     /// Encoder layers.
-    pub num_hidden_layers: usize,
+    pub(crate) num_hidden_layers: usize,
     /// Attention heads per layer.
-    pub num_attention_heads: usize,
+    pub(crate) num_attention_heads: usize,
     /// Input channels (3).
-    pub num_channels: usize,
+    pub(crate) num_channels: usize,
     /// Square input side in pixels.
     pub image_size: usize,
     /// Square patch side in pixels.
-    pub patch_size: usize,
+    pub(crate) patch_size: usize,
     /// MLP activation.
-    pub hidden_act: Activation,
+    pub(crate) hidden_act: Activation,
     /// LayerNorm epsilon.
-    pub layer_norm_eps: f64,
+    pub(crate) layer_norm_eps: f64,
 }
 
 impl Default for ClipVisionConfig {
@@ -117,7 +117,7 @@ impl ClipVisionConfig {
 /// A full CLIP (`CLIPConfig`): both towers and the shared projection size.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
-pub struct ClipConfig {
+pub(crate) struct ClipConfig {
     /// The text tower.
     pub(crate) text_config: ClipTextConfig,
     /// The vision tower.
@@ -186,7 +186,7 @@ impl ClipVisionConfig {
 
 /// What a `config.json` holds.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ConfigFile {
+pub(crate) enum ConfigFile {
     /// A `CLIPModel` (text + vision).
     Full(ClipConfig),
     /// A text-only checkpoint (`CLIPTextModel` / `CLIPTextModelWithProjection`).

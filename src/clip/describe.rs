@@ -14,7 +14,7 @@ use crate::weights::{count_parameters, find_weights, LoadError};
 /// A summary of the model in `dir` for `clipsculpt info --clip`: the config's sizes, the
 /// parameter count (computed from the config; the weights need not be present) and the weights
 /// file, if any.
-pub fn describe(dir: &Path) -> Result<String, LoadError> {
+pub(crate) fn describe(dir: &Path) -> Result<String, LoadError> {
     let (path, config) = read_config(dir)?;
     let (kind, counted) = match &config {
         ConfigFile::Full(cfg) => ("CLIPModel", count_parameters(|vb| ClipModel::new(vb, cfg))),

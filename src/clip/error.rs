@@ -2,7 +2,7 @@
 //! loader, from [`crate::weights`]) and tokenizing prompts ([`TokenizeError`]). Model code itself
 //! returns `candle_core::Result`.
 
-pub use crate::weights::LoadError;
+pub(crate) use crate::weights::LoadError;
 
 /// Why prompts could not be tokenized or embedded.
 #[derive(Debug, thiserror::Error)]

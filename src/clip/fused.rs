@@ -145,7 +145,7 @@ impl FusedLayer {
     /// The layer from its (weight, bias) pairs in the order `layer_norm1`, `q_proj`, `k_proj`,
     /// `v_proj`, `out_proj`, `layer_norm2`, `fc1`, `fc2`; `None` when a bias is missing (then the
     /// composed layer runs).
-    pub fn new(
+    pub(crate) fn new(
         parts: [(&Tensor, Option<&Tensor>); 8],
         eps: f64,
         heads: usize,
@@ -177,7 +177,7 @@ impl FusedLayer {
     /// The layer's output for the first `rows` tokens of `x (batch, tokens, hidden)`, with the
     /// optional additive `mask (tokens, tokens)`, or `None` when the fused layer does not apply
     /// (see the module doc). Differentiable with respect to `x`.
-    pub fn forward(
+    pub(crate) fn forward(
         &self,
         x: &Tensor,
         rows: usize,

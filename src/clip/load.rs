@@ -18,18 +18,10 @@ fn open_weights(dir: &Path) -> Result<WeightFile, LoadError> {
     WeightFile::open(&find_weights(dir, &TRANSFORMERS_WEIGHTS)?)
 }
 
-/// Loads a full CLIP (`CLIPModel`: text + vision) from `dir`, in f32.
-pub fn load_clip(dir: &Path, device: &Device) -> Result<ClipModel, LoadError> {
-    load_clip_with_dtype(dir, DType::F32, device)
-}
-
-/// Loads a full CLIP with its matrix weights in `dtype` (bf16/f16: mixed precision, see
-/// [`crate::autodiff::nn`]; norms, embeddings and activations stay f32).
-pub fn load_clip_with_dtype(
-    dir: &Path,
-    dtype: DType,
-    device: &Device,
-) -> Result<ClipModel, LoadError> {
+/// Loads a full CLIP (`CLIPModel`: text + vision) from `dir` with its matrix weights in `dtype`
+/// (f32; bf16/f16: mixed precision, see [`crate::autodiff::nn`]; norms, embeddings and
+/// activations stay f32).
+pub(crate) fn load_clip(dir: &Path, dtype: DType, device: &Device) -> Result<ClipModel, LoadError> {
     let (path, config) = read_config(dir)?;
     let ConfigFile::Full(cfg) = config else {
         return Err(LoadError::WrongModel {
@@ -46,16 +38,8 @@ pub fn load_clip_with_dtype(
 
 /// Loads the `CLIPTextModelWithProjection` layout (`text_model.*`, `text_projection.weight`), as in
 /// openai/shap-e's `text_encoder/`. A full CLIP directory works too (its text half is loaded, with
-/// the top-level `projection_dim`).
-pub fn load_text_with_projection(
-    dir: &Path,
-    device: &Device,
-) -> Result<ClipTextModelWithProjection, LoadError> {
-    load_text_with_projection_with_dtype(dir, DType::F32, device)
-}
-
-/// [`load_text_with_projection`] with the matrix weights in `dtype`.
-pub fn load_text_with_projection_with_dtype(
+/// the top-level `projection_dim`). The matrix weights are in `dtype`, as in [`load_clip`].
+pub(crate) fn load_text_with_projection(
     dir: &Path,
     dtype: DType,
     device: &Device,
@@ -86,7 +70,7 @@ pub(crate) fn text_config(config: ConfigFile) -> (ClipTextConfig, usize) {
 }
 
 /// Reads and parses `dir/config.json`.
-pub fn read_config(dir: &Path) -> Result<(PathBuf, ConfigFile), LoadError> {
+pub(crate) fn read_config(dir: &Path) -> Result<(PathBuf, ConfigFile), LoadError> {
     let path = dir.join("config.json");
     if !path.is_file() {
         return Err(LoadError::MissingConfig {

@@ -10,29 +10,27 @@
 //! - [`model`]: both towers, [`preprocess`]: images → pixels, [`scorer`]: embeddings and cosines,
 //! - [`load`]: directory → validated model, [`describe`]: its summary, [`error`]: the boundary errors.
 
-pub mod config;
-pub mod describe;
+pub(crate) mod config;
+pub(crate) mod describe;
 pub(crate) mod error;
 pub(crate) mod fused;
-pub mod load;
+pub(crate) mod load;
 pub(crate) mod model;
-pub mod preprocess;
-pub mod scorer;
-pub mod text;
+pub(crate) mod preprocess;
+pub(crate) mod scorer;
+pub(crate) mod text;
 pub(crate) mod tokenizer;
 pub(crate) mod transformer;
-pub mod vision;
+pub(crate) mod vision;
 
-pub use config::{Activation, ClipConfig, ClipTextConfig, ClipVisionConfig, ConfigFile};
-pub use describe::describe;
-pub use error::{LoadError, TokenizeError};
-pub use load::{
-    load_clip, load_clip_with_dtype, load_text_with_projection,
-    load_text_with_projection_with_dtype,
-};
+pub use config::ClipVisionConfig;
+pub(crate) use config::{ClipConfig, ClipTextConfig};
+pub(crate) use describe::describe;
+pub use error::TokenizeError;
+pub(crate) use load::load_text_with_projection;
 pub(crate) use model::ClipModel;
-pub use preprocess::{preprocess, OPENAI_MEAN, OPENAI_STD};
-pub use scorer::ClipScorer;
-pub use text::ClipTextModelWithProjection;
+pub use preprocess::preprocess;
+pub(crate) use scorer::ClipScorer;
+pub(crate) use text::ClipTextModelWithProjection;
 pub use tokenizer::{ClipTokenizer, Tokens};
 pub use vision::ClipVisionModelWithProjection;

@@ -12,7 +12,7 @@ use crate::autodiff::checkpoint::Policy;
 
 /// Both CLIP towers.
 #[derive(Debug, Clone)]
-pub struct ClipModel {
+pub(crate) struct ClipModel {
     text: ClipTextModelWithProjection,
     vision: ClipVisionModelWithProjection,
     logit_scale: Tensor,
@@ -21,7 +21,7 @@ pub struct ClipModel {
 
 impl ClipModel {
     /// Loads from the checkpoint root `vb`.
-    pub fn new(vb: VarBuilder, cfg: &ClipConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &ClipConfig) -> Result<Self> {
         Ok(Self {
             text: ClipTextModelWithProjection::new(
                 vb.clone(),
@@ -39,17 +39,19 @@ impl ClipModel {
     }
 
     /// The config the model was built from.
-    pub fn config(&self) -> &ClipConfig {
+    pub(crate) fn config(&self) -> &ClipConfig {
         &self.config
     }
 
     /// The text tower with its projection.
-    pub fn text(&self) -> &ClipTextModelWithProjection {
+    #[cfg(test)]
+    pub(crate) fn text(&self) -> &ClipTextModelWithProjection {
         &self.text
     }
 
     /// The vision tower with its projection.
-    pub fn vision(&self) -> &ClipVisionModelWithProjection {
+    #[cfg(test)]
+    pub(crate) fn vision(&self) -> &ClipVisionModelWithProjection {
         &self.vision
     }
 
@@ -65,12 +67,12 @@ impl ClipModel {
     }
 
     /// The device the weights live on.
-    pub fn device(&self) -> &candle_core::Device {
+    pub(crate) fn device(&self) -> &candle_core::Device {
         self.logit_scale.device()
     }
 
     /// `exp(logit_scale)`, the temperature that turns cosines into logits (100 for OpenAI's CLIP).
-    pub fn logit_scale(&self) -> Result<f32> {
+    pub(crate) fn logit_scale(&self) -> Result<f32> {
         self.logit_scale
             .exp()?
             .to_dtype(candle_core::DType::F32)?

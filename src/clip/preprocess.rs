@@ -10,11 +10,11 @@ use candle_core::{Result, Tensor};
 use crate::autodiff::ops::resize_bilinear;
 
 /// OpenAI CLIP's per-channel mean (RGB).
-pub const OPENAI_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+pub(crate) const OPENAI_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
 /// OpenAI CLIP's per-channel standard deviation (RGB).
 // The digits OpenAI publishes, verbatim (f32 rounds the last one).
 #[allow(clippy::excessive_precision)]
-pub const OPENAI_STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
+pub(crate) const OPENAI_STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
 
 /// `images (batch, 3, height, width)` with values in [0, 1] → `(batch, 3, image_size, image_size)`
 /// normalised pixels. A non-square image is first cropped to its centred square (offsets rounded

@@ -23,7 +23,7 @@ pub(crate) struct TextEmbeddings {
 
 impl TextEmbeddings {
     /// Loads both tables under `vb` (`text_model.embeddings`).
-    pub fn new(vb: VarBuilder, cfg: &ClipTextConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &ClipTextConfig) -> Result<Self> {
         let d = cfg.hidden_size;
         Ok(Self {
             token_embedding: param(&vb.pp("token_embedding"), (cfg.vocab_size, d), "weight")?,
@@ -36,7 +36,7 @@ impl TextEmbeddings {
     }
 
     /// `ids (batch, tokens)` u32 → `(batch, tokens, hidden)`.
-    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         let (vocab, positions) = (
             self.token_embedding.dim(0)?,
@@ -60,11 +60,12 @@ impl TextEmbeddings {
 
 /// Output of the text tower.
 #[derive(Debug, Clone)]
-pub struct TextOutput {
+pub(crate) struct TextOutput {
     /// `(batch, tokens, hidden)` after `final_layer_norm`.
-    pub last_hidden_state: Tensor,
+    #[cfg(test)]
+    pub(crate) last_hidden_state: Tensor,
     /// `(batch, hidden)`: the end-of-text token's state.
-    pub pooled: Tensor,
+    pub(crate) pooled: Tensor,
 }
 
 /// `text_model`: embeddings, causal encoder, `final_layer_norm`, end-of-text pooling.
@@ -78,7 +79,7 @@ pub(crate) struct ClipTextTransformer {
 
 impl ClipTextTransformer {
     /// Loads the tower under `vb` (`text_model`).
-    pub fn new(vb: VarBuilder, cfg: &ClipTextConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &ClipTextConfig) -> Result<Self> {
         Ok(Self {
             embeddings: TextEmbeddings::new(vb.pp("embeddings"), cfg)?,
             encoder: Encoder::new(vb.pp("encoder"), &cfg.encoder())?,
@@ -95,7 +96,7 @@ impl ClipTextTransformer {
     ///
     /// Pooling follows transformers: with the legacy `eos_token_id` 2 (or none) the position of the
     /// highest id, otherwise the first position holding `eos_token_id` (position 0 if absent).
-    pub fn forward(&self, ids: &Tensor) -> Result<TextOutput> {
+    pub(crate) fn forward(&self, ids: &Tensor) -> Result<TextOutput> {
         let ids = ids.to_dtype(DType::U32)?;
         let (b, t) = ids.dims2()?;
         let x = self.embeddings.forward(&ids)?;
@@ -113,6 +114,7 @@ impl ClipTextTransformer {
             .reshape((b * t, ()))?
             .index_select(&picks, 0)?;
         Ok(TextOutput {
+            #[cfg(test)]
             last_hidden_state,
             pooled,
         })
@@ -139,7 +141,7 @@ fn eos_position(row: &[u32], eos: Option<u32>) -> usize {
 /// The `CLIPTextModelWithProjection` layout: `text_model.*` and `text_projection.weight`. A full
 /// `CLIPModel` holds the same keys.
 #[derive(Debug, Clone)]
-pub struct ClipTextModelWithProjection {
+pub(crate) struct ClipTextModelWithProjection {
     text_model: ClipTextTransformer,
     text_projection: Linear,
 }
@@ -147,7 +149,7 @@ pub struct ClipTextModelWithProjection {
 impl ClipTextModelWithProjection {
     /// Loads from the checkpoint root `vb`; `projection_dim` is the top-level one for a full CLIP
     /// and the text config's for a text-only checkpoint.
-    pub fn new(vb: VarBuilder, cfg: &ClipTextConfig, projection_dim: usize) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &ClipTextConfig, projection_dim: usize) -> Result<Self> {
         Ok(Self {
             text_model: ClipTextTransformer::new(vb.pp("text_model"), cfg)?,
             text_projection: linear_no_bias(
@@ -159,7 +161,7 @@ impl ClipTextModelWithProjection {
     }
 
     /// `ids (batch, tokens)` → tower outputs and `text_embeds (batch, projection_dim)` (not normalised).
-    pub fn forward(&self, ids: &Tensor) -> Result<(TextOutput, Tensor)> {
+    pub(crate) fn forward(&self, ids: &Tensor) -> Result<(TextOutput, Tensor)> {
         let out = self.text_model.forward(ids)?;
         let embeds = self.text_projection.forward(&out.pooled)?;
         Ok((out, embeds))

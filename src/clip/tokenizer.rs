@@ -39,7 +39,7 @@ pub struct Tokens {
     /// `context` ids: bos, tokens, eos, padding.
     pub ids: Vec<u32>,
     /// Whether tokens were cut to fit the context.
-    pub truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 /// A CLIP tokenizer with its special ids and context length.
@@ -102,7 +102,7 @@ impl ClipTokenizer {
     }
 
     /// Wraps a loaded tokenizer; errors name a special token missing from the vocabulary.
-    pub fn new(
+    pub(crate) fn new(
         mut tokenizer: Tokenizer,
         context: usize,
         special: &SpecialTokens,
@@ -133,7 +133,7 @@ impl ClipTokenizer {
     /// [`SMALL_VOCABULARY`] tokens, like the toy world's) has no whole-word token for: the text
     /// tower sees them only as letters it was never trained on. Empty for full-size vocabularies,
     /// which split rare words into pieces they were trained on.
-    pub fn unknown_words(&self, prompt: &str) -> Vec<String> {
+    pub(crate) fn unknown_words(&self, prompt: &str) -> Vec<String> {
         if self.tokenizer.get_vocab_size(true) >= SMALL_VOCABULARY {
             return Vec::new();
         }
@@ -152,13 +152,9 @@ impl ClipTokenizer {
         unknown
     }
 
-    /// The context length (ids per prompt).
-    pub fn context_length(&self) -> usize {
-        self.context
-    }
-
     /// `(bos, eos, pad)` ids.
-    pub fn special_ids(&self) -> (u32, u32, u32) {
+    #[cfg(test)]
+    pub(crate) fn special_ids(&self) -> (u32, u32, u32) {
         (self.bos, self.eos, self.pad)
     }
 
@@ -240,7 +236,7 @@ fn config_pad_id(path: &Path) -> Result<Option<u32>, LoadError> {
 
 /// Names of the special tokens (transformers' `CLIPTokenizer` defaults unless overridden).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpecialTokens {
+pub(crate) struct SpecialTokens {
     /// Start of text.
     pub(crate) bos: String,
     /// End of text (also the pooled token).

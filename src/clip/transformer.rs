@@ -26,7 +26,7 @@ pub(crate) struct Attention {
 
 impl Attention {
     /// Loads the four projections under `vb` (`…self_attn`).
-    pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         let d = cfg.hidden_size;
         if cfg.num_attention_heads == 0 || !d.is_multiple_of(cfg.num_attention_heads) {
             candle_core::bail!(
@@ -84,7 +84,7 @@ pub(crate) struct Mlp {
 
 impl Mlp {
     /// Loads `fc1` and `fc2` under `vb` (`…mlp`).
-    pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         Ok(Self {
             fc1: linear(cfg.hidden_size, cfg.intermediate_size, vb.pp("fc1"))?,
             fc2: linear(cfg.intermediate_size, cfg.hidden_size, vb.pp("fc2"))?,
@@ -116,7 +116,7 @@ pub(crate) struct EncoderLayer {
 
 impl EncoderLayer {
     /// Loads one layer under `vb` (`…encoder.layers.{i}`).
-    pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         let (d, eps) = (cfg.hidden_size, cfg.layer_norm_eps);
         let self_attn = Attention::new(vb.pp("self_attn"), cfg)?;
         let layer_norm1 = layer_norm(d, eps, vb.pp("layer_norm1"))?;
@@ -199,7 +199,7 @@ pub(crate) struct Encoder {
 
 impl Encoder {
     /// Loads `num_hidden_layers` layers under `vb` (`…encoder`).
-    pub fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         let vb = vb.pp("layers");
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| EncoderLayer::new(vb.pp(i), cfg))
@@ -209,7 +209,12 @@ impl Encoder {
 
     /// Runs the stack on `x (batch, tokens, hidden)` with an optional additive `mask`, checkpointed
     /// as `policy` says (a byte budget measures each layer first, on the CPU).
-    pub fn forward(&self, x: &Tensor, mask: Option<&Tensor>, policy: &Policy) -> Result<Tensor> {
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        mask: Option<&Tensor>,
+        policy: &Policy,
+    ) -> Result<Tensor> {
         run_layers(&self.layers, x, mask, policy)
     }
 

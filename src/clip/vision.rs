@@ -28,7 +28,7 @@ pub(crate) struct VisionEmbeddings {
 
 impl VisionEmbeddings {
     /// Loads the embeddings under `vb` (`vision_model.embeddings`).
-    pub fn new(vb: VarBuilder, cfg: &ClipVisionConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &ClipVisionConfig) -> Result<Self> {
         let (d, c, p) = (cfg.hidden_size, cfg.num_channels, cfg.patch_size);
         if p == 0 || !cfg.image_size.is_multiple_of(p) {
             candle_core::bail!(
@@ -53,7 +53,7 @@ impl VisionEmbeddings {
     }
 
     /// `pixels (batch, channels, image_size, image_size)` (normalised) → `(batch, patches + 1, hidden)`.
-    pub fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, pixels: &Tensor) -> Result<Tensor> {
         let (b, c, h, w) = pixels.dims4()?;
         let s = self.image_size;
         if (c, h, w) != (self.channels, s, s) {
@@ -81,9 +81,10 @@ impl VisionEmbeddings {
 #[derive(Debug, Clone)]
 pub struct VisionOutput {
     /// `(batch, patches + 1, hidden)`, the encoder output (no final norm, as in transformers).
-    pub last_hidden_state: Tensor,
+    #[cfg(test)]
+    pub(crate) last_hidden_state: Tensor,
     /// `(batch, hidden)`: `post_layernorm` of the class token.
-    pub pooled: Tensor,
+    pub(crate) pooled: Tensor,
 }
 
 /// `vision_model`: embeddings, `pre_layrnorm` (sic, the checkpoint's key), encoder, `post_layernorm`.
@@ -97,7 +98,7 @@ pub(crate) struct ClipVisionTransformer {
 
 impl ClipVisionTransformer {
     /// Loads the tower under `vb` (`vision_model`).
-    pub fn new(vb: VarBuilder, cfg: &ClipVisionConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &ClipVisionConfig) -> Result<Self> {
         let (d, eps) = (cfg.hidden_size, cfg.layer_norm_eps);
         Ok(Self {
             embeddings: VisionEmbeddings::new(vb.pp("embeddings"), cfg)?,
@@ -109,7 +110,7 @@ impl ClipVisionTransformer {
 
     /// `pixels (batch, channels, image_size, image_size)` → outputs; the encoder runs under `policy`.
     /// Differentiable with respect to `pixels`.
-    pub fn forward(&self, pixels: &Tensor, policy: &Policy) -> Result<VisionOutput> {
+    pub(crate) fn forward(&self, pixels: &Tensor, policy: &Policy) -> Result<VisionOutput> {
         let x = self
             .pre_layrnorm
             .forward(&self.embeddings.forward(pixels)?)?;
@@ -117,6 +118,7 @@ impl ClipVisionTransformer {
         let class = last_hidden_state.narrow(1, 0, 1)?.squeeze(1)?;
         let pooled = self.post_layernorm.forward(&class)?;
         Ok(VisionOutput {
+            #[cfg(test)]
             last_hidden_state,
             pooled,
         })

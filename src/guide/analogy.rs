@@ -40,9 +40,9 @@ pub const MAX_WORK: usize = 2_000_000_000;
 #[derive(Debug, Clone)]
 pub struct Completion {
     /// The mean of the cluster's completions, clamped to [−1, 1] (same length as a bank latent).
-    pub latent: Vec<f32>,
+    pub(crate) latent: Vec<f32>,
     /// How many triples landed in the cluster.
-    pub support: usize,
+    pub(crate) support: usize,
 }
 
 /// Consensus completions of `bank` (each latent flattened, all the same length), most supported

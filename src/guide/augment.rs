@@ -31,7 +31,7 @@ pub(crate) struct AugmentDraw {
 }
 
 /// Draws a background of `kind` and a square crop covering `min_frac..=1` of the side.
-pub fn draw(
+pub(crate) fn draw(
     kind: Background,
     h: usize,
     w: usize,

@@ -2,7 +2,7 @@
 
 /// Errors of the optimization loop and the start choice.
 #[derive(Debug, thiserror::Error)]
-pub enum GuideError {
+pub(crate) enum GuideError {
     /// The loss stayed non-finite.
     #[error("the loss was not finite for {count} consecutive steps (last at step {step}, last finite loss {last_finite:?}); lower --lr or the number of views")]
     NonFinite {

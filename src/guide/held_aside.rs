@@ -13,18 +13,18 @@ use crate::shap_e::Decoder;
 
 /// The held-aside evaluation of a latent.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Score {
+pub(crate) struct Score {
     /// Minus the CLIP term ([`Target::term`]): higher is better; the bare cosine without negatives.
-    pub score: f32,
+    pub(crate) score: f32,
     /// Mean cosine to the prompt.
-    pub cosine: f32,
+    pub(crate) cosine: f32,
 }
 
 /// A latent to start from, with its held-aside score ([`score`] at
 /// [`super::GuideSettings::eval_side`]) when the caller already has it: the score is a
 /// deterministic function of the latent, so it is not rendered again.
 #[derive(Debug, Clone, Copy)]
-pub struct Start<'a> {
+pub(crate) struct Start<'a> {
     /// The latent `(1, rows, d)`.
     pub(crate) latent: &'a Tensor,
     /// Its held-aside score, if known.
@@ -32,7 +32,7 @@ pub struct Start<'a> {
 }
 
 /// `latent` as a [`Start`] whose score is not known yet.
-pub fn unscored(latent: &Tensor) -> Start<'_> {
+pub(crate) fn unscored(latent: &Tensor) -> Start<'_> {
     Start {
         latent,
         score: None,
@@ -44,7 +44,7 @@ pub fn unscored(latent: &Tensor) -> Start<'_> {
 /// objects of its colour: on white, the toy world's scoring CLIP recognised ground-truth renders
 /// less often (80.9 % against 94.1 % top-1 on grey) and the start choice mistook white spheres and
 /// cubes; on grey, an untrained decoder's mid-grey colours vanish (README).
-pub const HELD_ASIDE_BACKGROUNDS: [[f32; 3]; 4] = [[0.5; 3], [1.0; 3], [0.5; 3], [0.0; 3]];
+pub(crate) const HELD_ASIDE_BACKGROUNDS: [[f32; 3]; 4] = [[0.5; 3], [1.0; 3], [0.5; 3], [0.0; 3]];
 
 /// Seed of the held-aside views' ray draws (fixed, so every evaluation sees the same views).
 const HELD_ASIDE_SEED: u64 = 0x0005_c04e;
@@ -52,7 +52,11 @@ const HELD_ASIDE_SEED: u64 = 0x0005_c04e;
 /// The held-aside images `(4, 3, resolution, resolution)` of `latent` (differentiable when it is a
 /// `Var`): the four [`held_aside_cameras`] with fixed ray draws, each over its
 /// [`HELD_ASIDE_BACKGROUNDS`] entry.
-pub fn held_aside_images(decoder: &Decoder, latent: &Tensor, resolution: usize) -> Result<Tensor> {
+pub(crate) fn held_aside_images(
+    decoder: &Decoder,
+    latent: &Tensor,
+    resolution: usize,
+) -> Result<Tensor> {
     let cams = held_aside_cameras(resolution);
     let settings = RenderSettings {
         n_coarse: 32,
@@ -77,7 +81,7 @@ pub fn held_aside_images(decoder: &Decoder, latent: &Tensor, resolution: usize) 
 }
 
 /// The held-aside evaluation of `latent` (no graph): [`held_aside_images`] scored by `target`.
-pub fn score(
+pub(crate) fn score(
     decoder: &Decoder,
     scorer: &ClipScorer,
     target: &Target,
@@ -94,7 +98,7 @@ pub fn score(
 }
 
 /// The four held-aside cameras: azimuths 90° apart (offset 0.3 rad), 30° elevation, `side` pixels.
-pub fn held_aside_cameras(side: usize) -> Vec<Camera> {
+pub(crate) fn held_aside_cameras(side: usize) -> Vec<Camera> {
     (0..4)
         .map(|i| {
             Camera::orbit(

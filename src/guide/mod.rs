@@ -11,28 +11,28 @@ pub(crate) mod error;
 pub(crate) mod explore;
 pub(crate) mod held_aside;
 pub(crate) mod mode;
-pub mod objective;
+pub(crate) mod objective;
 pub(crate) mod optimize;
 pub(crate) mod sampling;
 pub(crate) mod schedule;
 pub(crate) mod settings;
-pub mod start;
+pub(crate) mod start;
 pub(crate) mod target;
 
-pub use analogy::{completions as analogy_completions, MAX_WORK as ANALOGY_MAX_WORK};
+pub use analogy::{completions as analogy_completions, Completion, MAX_WORK as ANALOGY_MAX_WORK};
 pub use explore::Explore;
-pub use held_aside::{
-    held_aside_cameras, held_aside_images, score, unscored, Score, Start, HELD_ASIDE_BACKGROUNDS,
-};
+pub(crate) use held_aside::{held_aside_images, unscored, Start};
+pub(crate) use held_aside::{score, Score};
 pub use mode::GuideMode;
-pub use objective::{LossParts, ViewLoss};
+pub(crate) use objective::ViewLoss;
 pub(crate) use optimize::optimize;
 pub use optimize::GuideTrace;
-pub use sampling::{guided_sample, GuidedStep, LatentLoss, SamplingGuidance, SamplingTrace};
-pub use settings::{GuideSettings, AUTO_RESOLUTION_MAX, AUTO_RESOLUTION_MIN, KEEP_MARGIN};
-pub use start::{choose_start, ChosenStart, StartChoice};
-pub use target::{same_prompt, Target};
+pub(crate) use sampling::guided_sample;
+pub use sampling::{GuidedStep, SamplingGuidance, SamplingTrace};
+pub use settings::GuideSettings;
+pub(crate) use settings::AUTO_RESOLUTION_MAX;
+pub(crate) use start::choose_start;
+pub(crate) use start::StartChoice;
+pub(crate) use target::{same_prompt, Target};
 
-/// A file of negative prompts beside a scoring CLIP's weights (one per line): when present,
-/// guidance contrasts the prompt against them. The toy world ships none.
 pub(crate) const NEGATIVES_FILE: &str = "negatives.txt";

@@ -19,12 +19,12 @@ pub enum GuideMode {
 
 impl GuideMode {
     /// Whether the sampler is guided.
-    pub fn guides_sampling(self) -> bool {
+    pub(crate) fn guides_sampling(self) -> bool {
         matches!(self, Self::Sampling | Self::Both)
     }
 
     /// Whether the finished latent is optimized.
-    pub fn optimizes_latent(self) -> bool {
+    pub(crate) fn optimizes_latent(self) -> bool {
         matches!(self, Self::Latent | Self::Both)
     }
 }

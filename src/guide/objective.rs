@@ -20,35 +20,32 @@ use crate::shap_e::Decoder;
 /// What the view loss of one latent needs: the decoder that renders it, the scoring CLIP, the
 /// prompt (and its negatives) and the settings (views, side, samples, crops, weights).
 #[derive(Clone, Copy)]
-pub struct ViewLoss<'a> {
+pub(crate) struct ViewLoss<'a> {
     /// The decoder the views are rendered through (checkpointed per [`GuideSettings::chunk_rays`]).
-    pub decoder: &'a Decoder,
+    pub(crate) decoder: &'a Decoder,
     /// The scoring CLIP.
-    pub scorer: &'a ClipScorer,
+    pub(crate) scorer: &'a ClipScorer,
     /// The prompt and its negatives.
-    pub target: &'a Target,
+    pub(crate) target: &'a Target,
     /// Views, render side, samples, chunking, crops and the transmittance weight.
-    pub settings: &'a GuideSettings,
+    pub(crate) settings: &'a GuideSettings,
 }
 
 /// One evaluation of [`ViewLoss::loss`]: scalars, differentiable where the latent is.
 #[derive(Debug, Clone)]
-pub struct LossParts {
-    /// `clip + transmittance`, the loss to minimise.
-    pub loss: Tensor,
-    /// The CLIP term ([`Target::term`]).
-    pub clip: Tensor,
-    /// The transmittance term `−λ_T·min(τ, mean transmittance)`.
-    pub transmittance: Tensor,
+pub(crate) struct LossParts {
+    /// The CLIP term ([`Target::term`]) plus the transmittance term
+    /// `−λ_T·min(τ, mean transmittance)`: the loss to minimise.
+    pub(crate) loss: Tensor,
     /// Mean CLIP cosine of the views to the prompt.
-    pub cosine: Tensor,
+    pub(crate) cosine: Tensor,
 }
 
 impl ViewLoss<'_> {
     /// The view loss of `z` `(1, rows, d)` (differentiable with respect to it when it carries a
     /// graph) at `progress` ∈ [0, 1] of the run (it anneals the transmittance target), with the
     /// cameras, ray draws, backgrounds and crops drawn from `rng`.
-    pub fn loss(&self, z: &Tensor, progress: f64, rng: &mut Rng) -> Result<LossParts> {
+    pub(crate) fn loss(&self, z: &Tensor, progress: f64, rng: &mut Rng) -> Result<LossParts> {
         let s = self.settings;
         let n = s.render_side(self.scorer.image_size());
         let cameras = random_cameras(s.views, n, rng);
@@ -70,8 +67,6 @@ impl ViewLoss<'_> {
             .affine(-s.transmittance_weight, 0.0)?;
         Ok(LossParts {
             loss: (&clip.loss + &transmittance)?,
-            clip: clip.loss,
-            transmittance,
             cosine: clip.cosine,
         })
     }

@@ -52,7 +52,7 @@ impl Default for SamplingGuidance {
 
 impl SamplingGuidance {
     /// Whether the Heun step from `sigma` to `sigma_next` is guided.
-    pub fn guides(&self, sigma: f32, sigma_next: f32) -> bool {
+    pub(crate) fn guides(&self, sigma: f32, sigma_next: f32) -> bool {
         self.scale > 0.0 && sigma_next > 0.0 && (self.sigma_min..=self.sigma_max).contains(&sigma)
     }
 }
@@ -85,7 +85,7 @@ pub struct SamplingTrace {
 
 /// A differentiable loss of a latent `(1, rows, d)` at a sampler step: `(loss, mean cosine)`,
 /// scalars, drawing its random views from the generator it is given.
-pub trait LatentLoss {
+pub(crate) trait LatentLoss {
     /// The loss and the mean cosine of `z` (whose graph leads back to the sampler state) at Heun
     /// step `step`.
     fn loss(&self, z: &Tensor, step: usize, rng: &mut Rng) -> Result<(Tensor, Tensor)>;
@@ -100,7 +100,7 @@ impl<F: Fn(&Tensor, usize, &mut Rng) -> Result<(Tensor, Tensor)>> LatentLoss for
 /// Samples a latent `(1, rows, d)` from standard-normal `noise` with `steps` Heun steps of
 /// `denoiser`, guided by `loss` as `g` says (see the module docs). `rng` gives each guided step
 /// its own stream; `on_step(step, cosine)` reports progress.
-pub fn guided_sample(
+pub(crate) fn guided_sample(
     denoiser: &Denoiser,
     sched: &mut HeunDiscreteScheduler,
     noise: &Tensor,

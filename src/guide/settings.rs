@@ -84,15 +84,15 @@ impl Default for GuideSettings {
 }
 
 /// Default [`GuideSettings::keep_margin`].
-pub const KEEP_MARGIN: f32 = 0.05;
+pub(crate) const KEEP_MARGIN: f32 = 0.05;
 
 /// Largest side the automatic render resolution picks: views of a 224-pixel CLIP are rendered at
 /// 64 and upsampled.
-pub const AUTO_RESOLUTION_MAX: usize = 64;
+pub(crate) const AUTO_RESOLUTION_MAX: usize = 64;
 
 /// Smallest side the automatic render resolution picks (unless the scoring CLIP's input is
 /// smaller).
-pub const AUTO_RESOLUTION_MIN: usize = 24;
+pub(crate) const AUTO_RESOLUTION_MIN: usize = 24;
 
 impl GuideSettings {
     /// Side of the views the optimization renders, for a scoring CLIP of input side `clip_side`:
@@ -110,7 +110,7 @@ impl GuideSettings {
     }
 
     /// Side of the held-aside views for a scoring CLIP of input side `clip_side`.
-    pub fn eval_side(&self, clip_side: usize) -> usize {
+    pub(crate) fn eval_side(&self, clip_side: usize) -> usize {
         if self.eval_resolution == 0 {
             clip_side.max(32)
         } else {

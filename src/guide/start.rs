@@ -33,27 +33,27 @@ pub(crate) const FINALISTS: usize = 3;
 
 /// How a start was chosen, for the report.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct StartChoice {
+pub(crate) struct StartChoice {
     /// Index of the chosen candidate (the bank's latents, then the completions), `None` for the
     /// prior's own sample.
-    pub candidate: Option<usize>,
+    pub(crate) candidate: Option<usize>,
     /// Held-aside score of the prior's sample (before any refinement).
-    pub prior_score: Option<f32>,
+    pub(crate) prior_score: Option<f32>,
     /// Side of the screening views.
-    pub screen_side: usize,
+    pub(crate) screen_side: usize,
     /// Held-aside score at the screening side of every candidate before refinement: the bank's,
     /// then the completions'.
-    pub screen_scores: Vec<f32>,
+    pub(crate) screen_scores: Vec<f32>,
     /// `(candidate, held-aside score at the full side)` of the best-screened candidates, best
     /// first.
-    pub finalists: Vec<(usize, f32)>,
+    pub(crate) finalists: Vec<(usize, f32)>,
     /// Number of bank latents among the candidates.
-    pub bank_size: usize,
+    pub(crate) bank_size: usize,
     /// Support (agreeing triples) of each completion.
-    pub completion_support: Vec<usize>,
+    pub(crate) completion_support: Vec<usize>,
     /// `(candidate index or None for the prior's sample, score after the probe steps)` of each
     /// refinement probe.
-    pub probes: Vec<(Option<usize>, f32)>,
+    pub(crate) probes: Vec<(Option<usize>, f32)>,
     /// Held-aside score of the returned start at the full side, when known (not after
     /// refinement probes): the loop starts from it without rendering again.
     pub(crate) start_score: Option<f32>,
@@ -64,7 +64,7 @@ pub struct StartChoice {
 
 /// What [`choose_start`] returns.
 #[derive(Debug, Clone)]
-pub struct ChosenStart {
+pub(crate) struct ChosenStart {
     /// The latent the loop starts from `(1, rows, d)`.
     pub(crate) latent: Tensor,
     /// How it was chosen ([`StartChoice::start_score`]: its score, when known).
@@ -74,7 +74,7 @@ pub struct ChosenStart {
 /// Chooses the latent to optimize from the prior's sample `prior (1, rows, d)` (with its
 /// held-aside score when the caller has it) and `bank` `(n, rows, d)` (may be empty): gathers the
 /// candidates, screens them, then picks the best finalist by its score or by refinement probes.
-pub fn choose_start(
+pub(crate) fn choose_start(
     decoder: &Decoder,
     scorer: &ClipScorer,
     target: &Target,

@@ -16,18 +16,18 @@ use crate::clip::ClipScorer;
 
 /// Whether two prompts are the same, ignoring case and surrounding blanks (a negative equal to
 /// the prompt is dropped).
-pub fn same_prompt(a: &str, b: &str) -> bool {
+pub(crate) fn same_prompt(a: &str, b: &str) -> bool {
     a.trim().to_lowercase() == b.trim().to_lowercase()
 }
 
 /// A negative whose text embedding has at least this cosine with the prompt's is taken for a
 /// paraphrase of it and dropped: contrasting a prompt against its own paraphrase penalises the
 /// right object.
-pub const PARAPHRASE_COSINE: f32 = 0.95;
+pub(crate) const PARAPHRASE_COSINE: f32 = 0.95;
 
 /// The prompt and its negatives as unit text embeddings.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// The prompt.
     prompt: String,
     /// `(1, D)`.
@@ -72,7 +72,7 @@ impl Target {
     /// Embeds `prompt` and `negatives` with `scorer`; negatives equal to the prompt (ignoring case
     /// and surrounding blanks), paraphrases of it ([`PARAPHRASE_COSINE`]) or empty are dropped
     /// (with a log line naming the paraphrases). `contrast` is the weight `c`.
-    pub fn new(
+    pub(crate) fn new(
         scorer: &ClipScorer,
         prompt: &str,
         negatives: &[String],
@@ -117,13 +117,8 @@ impl Target {
         &self.prompt
     }
 
-    /// The prompt's unit embedding `(1, D)`.
-    pub fn text(&self) -> &Tensor {
-        &self.text
-    }
-
     /// Number of negatives in use.
-    pub fn negatives(&self) -> usize {
+    pub(crate) fn negatives(&self) -> usize {
         self.negatives
             .as_ref()
             .and_then(|n| n.dim(0).ok())

@@ -5,7 +5,7 @@ use candle_core::WithDType;
 use super::fastmath::{self, exp_f32};
 
 /// The float types of the fused pass (f32, and f64 for finite-difference tests).
-pub trait Real: WithDType + std::ops::Neg<Output = Self> {
+pub(crate) trait Real: WithDType + std::ops::Neg<Output = Self> {
     /// `eˣ` as libm computes it.
     fn exp(self) -> Self;
     /// `eˣ` for the activations: vectorisable (within ~1 ulp in f32; libm's in f64).

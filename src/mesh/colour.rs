@@ -20,7 +20,7 @@ pub(crate) fn linear_to_srgb(u: f32) -> f32 {
 
 /// Inverse sRGB transfer function, as diffusers applies it to Shap-E colours: `u ≤ 0.04045 ? u/12.92 :
 /// ((u + 0.055)/1.055)^2.4`, input clamped to [0, 1].
-pub fn srgb_to_linear(u: f32) -> f32 {
+pub(crate) fn srgb_to_linear(u: f32) -> f32 {
     let u = if u.is_finite() {
         u.clamp(0.0, 1.0)
     } else {
@@ -49,7 +49,7 @@ pub(crate) fn srgb_bytes(linear: [f32; 3]) -> [u8; 3] {
 }
 
 /// Linear RGB to sRGB-encoded floats in [0, 1] (OBJ `v x y z r g b`).
-pub fn srgb_floats(linear: [f32; 3]) -> [f32; 3] {
+pub(crate) fn srgb_floats(linear: [f32; 3]) -> [f32; 3] {
     linear.map(linear_to_srgb)
 }
 

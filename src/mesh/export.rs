@@ -8,7 +8,7 @@ use candle_core::Device;
 use super::error::ExportError;
 use super::field::{sample_colours, sample_grid, Field, DEFAULT_CHUNK};
 use super::grid::Bounds;
-use super::marching_cubes::{marching_cubes_with, McMode, McOptions};
+use super::marching_cubes::{marching_cubes, McMode, McOptions};
 use super::memory::{release_device_caches, MemoryReport};
 use super::mesh::{Mesh, MeshStats};
 use super::{glb, obj, ply, preview};
@@ -56,7 +56,7 @@ pub(crate) const GIF_FRAMES: u32 = 24;
 
 /// Writes `mesh` in each of `formats` to `out_dir/<stem>…` (creating `out_dir`), each file atomically.
 /// Returns the paths written, in the order of `formats`.
-pub fn write_all(
+pub(crate) fn write_all(
     mesh: &Mesh,
     out_dir: &Path,
     stem: &str,
@@ -89,7 +89,7 @@ pub fn write_all(
 
 /// How a field is turned into a mesh.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ExportSettings {
+pub(crate) struct ExportSettings {
     /// Samples per axis (Shap-E decodes at 128).
     pub(crate) grid_size: usize,
     /// Box the grid spans (Shap-E: [−1, 1]³).
@@ -147,18 +147,6 @@ pub fn export_field(
         grid_size,
         ..ExportSettings::default()
     };
-    export_field_with(field, device, &settings, formats, out_dir, stem)
-}
-
-/// [`export_field`] with every setting explicit.
-pub fn export_field_with(
-    field: &dyn Field,
-    device: &Device,
-    settings: &ExportSettings,
-    formats: &[Format],
-    out_dir: &Path,
-    stem: &str,
-) -> Result<ExportReport, ExportError> {
     let memory_before =
         release_device_caches(device).map_err(|source| ExportError::Field { points: 0, source })?;
     let t0 = Instant::now();
@@ -175,7 +163,7 @@ pub fn export_field_with(
         mode: settings.mode,
         parallel: true,
     };
-    let mut mesh = marching_cubes_with(&grid, &opts)?;
+    let mut mesh = marching_cubes(&grid, &opts)?;
     drop(grid);
     let t2 = Instant::now();
     mesh.colours = sample_colours(field, device, &mesh.positions, settings.chunk)?;

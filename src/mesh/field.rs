@@ -13,7 +13,7 @@ use super::error::ExportError;
 use super::grid::{Bounds, Grid, MAX_GRID};
 
 /// Points per field evaluation when the caller has no preference (Shap-E uses 4096 on the GPU).
-pub const DEFAULT_CHUNK: usize = 32_768;
+pub(crate) const DEFAULT_CHUNK: usize = 32_768;
 
 /// A scalar + colour field evaluated on batches of points.
 pub trait Field {
@@ -56,7 +56,7 @@ where
 ///
 /// Points are sent in grid order (x fastest), so chunk `c` covers flat indices `c·chunk ..`. Only the scalar is
 /// kept; colours are taken later at the vertices ([`sample_colours`]), as Shap-E does.
-pub fn sample_grid(
+pub(crate) fn sample_grid(
     field: &dyn Field,
     device: &Device,
     grid_size: usize,
@@ -90,7 +90,7 @@ pub fn sample_grid(
 
 /// Evaluates the colour of `field` at `positions`, `chunk` points at a time; returns linear RGB clamped to [0, 1]
 /// (a non-finite channel becomes 0).
-pub fn sample_colours(
+pub(crate) fn sample_colours(
     field: &dyn Field,
     device: &Device,
     positions: &[[f32; 3]],

@@ -64,7 +64,11 @@ pub struct Grid {
 
 impl Grid {
     /// Wraps `values` (length `nx·ny·nz`, x fastest) sampled on `dims` points spanning `bounds`.
-    pub fn new(dims: [usize; 3], bounds: Bounds, values: Vec<f32>) -> Result<Self, ExportError> {
+    pub(crate) fn new(
+        dims: [usize; 3],
+        bounds: Bounds,
+        values: Vec<f32>,
+    ) -> Result<Self, ExportError> {
         bounds.validate()?;
         if dims.iter().any(|&n| n < 2) {
             return Err(ExportError::Invalid {
@@ -137,7 +141,8 @@ impl Grid {
     }
 
     /// Value at integer index (x, y, z).
-    pub fn get(&self, x: usize, y: usize, z: usize) -> f32 {
+    #[cfg(test)]
+    pub(crate) fn get(&self, x: usize, y: usize, z: usize) -> f32 {
         self.values[(z * self.dims[1] + y) * self.dims[0] + x]
     }
 

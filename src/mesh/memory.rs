@@ -6,7 +6,7 @@ use crate::device::memory::{self as device_memory, Trim};
 
 /// Memory in use around an export, as far as it can be measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemoryReport {
+pub(crate) struct MemoryReport {
     /// The device's figures around the cache release ([`device_memory::trim`]): the CUDA pool's
     /// reserved/used bytes and the driver's free bytes before and after `cuMemPoolTrimTo`; the
     /// host heap on the CPU.
@@ -39,7 +39,7 @@ impl std::fmt::Display for MemoryReport {
 /// [`super::sample_grid`]. candle's CUDA allocator returns a dropped buffer to the device's memory
 /// pool, which keeps it reserved; synchronising makes sure pending kernels that still used it have
 /// completed, and trimming the pool ([`device_memory::trim`]) releases the reserve.
-pub fn release_device_caches(device: &Device) -> candle_core::Result<MemoryReport> {
+pub(crate) fn release_device_caches(device: &Device) -> candle_core::Result<MemoryReport> {
     let trim = device_memory::trim(device)?;
     let mut report = MemoryReport {
         trim,

@@ -68,16 +68,6 @@ impl MeshStats {
 }
 
 impl Mesh {
-    /// Vertex count.
-    pub fn vertex_count(&self) -> usize {
-        self.positions.len()
-    }
-
-    /// Whether the mesh has no triangles.
-    pub fn is_empty(&self) -> bool {
-        self.faces.is_empty()
-    }
-
     /// Axis-aligned bounds (min, max) of the positions; zeros when empty.
     pub(crate) fn bounds(&self) -> ([f32; 3], [f32; 3]) {
         if self.positions.is_empty() {

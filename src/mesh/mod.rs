@@ -2,7 +2,7 @@
 //!
 //! Stages, one file each:
 //! 1. [`field`]: a [`Field`] (scalar positive inside + linear RGB, Shap-E convention) sampled on a G³ [`Grid`] in
-//!    chunks of plain tensors on any candle device ([`sample_grid`]); [`release_device_caches`] before that.
+//!    chunks of plain tensors on any candle device ([`sample_grid`]); [`release_device_caches`](memory::release_device_caches) before that.
 //! 2. [`marching_cubes`](mod@marching_cubes): our own MC with one vertex per crossed edge, padding, outward winding,
 //!    gradient normals, slab-parallel; [`McMode::ShapEParity`] reproduces diffusers' `MeshDecoder`
 //!    (`docs/shap-e.md`, "Mesh extraction"). [`Mesh::stats`] gives the quality gates.
@@ -21,29 +21,28 @@
 //! ```
 
 pub(crate) mod axes;
-pub mod colour;
+pub(crate) mod colour;
 pub(crate) mod error;
 pub(crate) mod export;
-pub mod field;
+pub(crate) mod field;
 pub(crate) mod glb;
 pub(crate) mod grid;
-pub mod marching_cubes;
-pub mod memory;
+pub(crate) mod marching_cubes;
+pub(crate) mod memory;
 #[allow(clippy::module_inception)]
-pub mod mesh;
+pub(crate) mod mesh;
 pub(crate) mod obj;
 pub(crate) mod ply;
-pub mod preview;
+pub(crate) mod preview;
 pub(crate) mod raster;
 pub mod shapes;
-pub mod tables;
+pub(crate) mod tables;
 
 pub use error::ExportError;
-pub use export::{
-    export_field, export_field_with, write_all, ExportReport, ExportSettings, Format,
-};
-pub use field::{sample_colours, sample_grid, Field, FnField, DEFAULT_CHUNK};
+pub use export::{export_field, ExportReport, Format};
+pub(crate) use field::{sample_colours, sample_grid};
+pub use field::{Field, FnField};
 pub use grid::{Bounds, Grid};
-pub use marching_cubes::{marching_cubes, marching_cubes_with, McMode, McOptions};
-pub use memory::{release_device_caches, MemoryReport};
+pub use marching_cubes::{marching_cubes, McMode, McOptions};
+pub(crate) use memory::MemoryReport;
 pub use mesh::{Mesh, MeshStats};

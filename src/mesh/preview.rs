@@ -27,7 +27,7 @@ fn turntable(k: u32, count: u32) -> View {
 }
 
 /// Renders [`SHEET_VIEWS`] turntable views (45° apart, starting at the front) into a 4×2 sheet of `tile`-pixel tiles.
-pub fn contact_sheet(mesh: &Mesh, tile: u32) -> RgbImage {
+pub(crate) fn contact_sheet(mesh: &Mesh, tile: u32) -> RgbImage {
     let rows = SHEET_VIEWS.div_ceil(SHEET_COLUMNS);
     let mut sheet = RgbImage::new(tile * SHEET_COLUMNS, tile * rows);
     for k in 0..SHEET_VIEWS {
@@ -101,12 +101,12 @@ pub(crate) fn write_turntable_gif(
 mod tests {
     use super::*;
     use crate::mesh::grid::{Bounds, Grid};
-    use crate::mesh::marching_cubes::{marching_cubes, McMode};
+    use crate::mesh::marching_cubes::{marching_cubes, McOptions};
     use crate::mesh::shapes;
 
     fn red_sphere() -> Mesh {
         let g = Grid::from_fn(24, Bounds::SHAP_E, |p| shapes::sphere(p, [0.0; 3], 0.7)).unwrap();
-        let mut m = marching_cubes(&g, 0.0, McMode::Exact).unwrap();
+        let mut m = marching_cubes(&g, &McOptions::default()).unwrap();
         m.colours.iter_mut().for_each(|c| *c = [1.0, 0.0, 0.0]);
         m
     }

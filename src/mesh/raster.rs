@@ -19,7 +19,7 @@ pub(crate) struct View {
 }
 
 /// Renders `mesh` from `view` into a `size`×`size` image (orthographic, the bounding sphere fills the frame).
-pub fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
+pub(crate) fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
     let mut img = RgbImage::from_pixel(size, size, BACKGROUND);
     if mesh.positions.is_empty() || size == 0 {
         return img;

@@ -10,7 +10,7 @@ pub fn sphere(p: [f32; 3], centre: [f32; 3], radius: f32) -> f32 {
 }
 
 /// Torus around the z axis through the origin: ring radius `major`, tube radius `minor`.
-pub fn torus(p: [f32; 3], major: f32, minor: f32) -> f32 {
+pub(crate) fn torus(p: [f32; 3], major: f32, minor: f32) -> f32 {
     let ring = (p[0] * p[0] + p[1] * p[1]).sqrt() - major;
     minor - (ring * ring + p[2] * p[2]).sqrt()
 }
@@ -65,7 +65,8 @@ fn segment_distance_2d(p: [f32; 2], a: [f32; 2], b: [f32; 2]) -> f32 {
 }
 
 /// Union of two shapes (max of positive-inside distances).
-pub fn union(a: f32, b: f32) -> f32 {
+#[cfg(test)]
+pub(crate) fn union(a: f32, b: f32) -> f32 {
     a.max(b)
 }
 

@@ -34,15 +34,15 @@ pub(crate) const EDGE_CORNERS: [[u8; 2]; 12] = [
 
 /// The triangles of one case: `tris[..count]`, each three local edge ids in outward (CCW) order.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Case {
+pub(crate) struct Case {
     /// Number of triangles.
-    pub count: u8,
+    pub(crate) count: u8,
     /// Local edge ids per triangle.
     pub(crate) tris: [[u8; 3]; MAX_TRIS],
 }
 
 /// The 256 cases, built once.
-pub fn cases() -> &'static [Case; 256] {
+pub(crate) fn cases() -> &'static [Case; 256] {
     static TABLE: OnceLock<[Case; 256]> = OnceLock::new();
     TABLE.get_or_init(build)
 }

@@ -331,7 +331,7 @@ impl Previews<'_> {
 }
 
 /// Whether two tensors have the same shape and bitwise-equal values (compared as f32).
-pub fn same_values(a: &Tensor, b: &Tensor) -> Result<bool> {
+pub(crate) fn same_values(a: &Tensor, b: &Tensor) -> Result<bool> {
     if a.dims() != b.dims() {
         return Ok(false);
     }

@@ -8,14 +8,14 @@ use crate::mesh::{self, Field};
 use crate::shap_e::{Decoder, FieldQuery};
 
 /// The decoder's SDF and colour as a mesh field (sRGB colours linearised for the writers).
-pub struct LatentField<'a> {
+pub(crate) struct LatentField<'a> {
     /// The latent's field query, prepared once (no graph).
     query: FieldQuery<'a>,
 }
 
 impl<'a> LatentField<'a> {
     /// The field of `latent` (detached) under `decoder`.
-    pub fn new(decoder: &'a Decoder, latent: &Tensor) -> candle_core::Result<Self> {
+    pub(crate) fn new(decoder: &'a Decoder, latent: &Tensor) -> candle_core::Result<Self> {
         Ok(Self {
             query: decoder.field(&latent.detach())?,
         })
@@ -35,7 +35,7 @@ impl Field for LatentField<'_> {
 
 /// The coloured mesh of a plain latent (no graph): grid sampling, marching cubes and vertex
 /// colours, as the export does.
-pub fn extract_mesh(
+pub(crate) fn extract_mesh(
     decoder: &Decoder,
     latent: &Tensor,
     grid: usize,
@@ -43,7 +43,7 @@ pub fn extract_mesh(
 ) -> Result<mesh::Mesh> {
     let field = LatentField::new(decoder, latent)?;
     let g = mesh::sample_grid(&field, device, grid, mesh::Bounds::SHAP_E, 4096)?;
-    let mut m = mesh::marching_cubes(&g, 0.0, mesh::McMode::Exact)?;
+    let mut m = mesh::marching_cubes(&g, &mesh::McOptions::default())?;
     m.colours = mesh::sample_colours(&field, device, &m.positions, 4096)?;
     Ok(m)
 }

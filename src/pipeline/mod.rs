@@ -3,17 +3,21 @@
 //! them together ([`generate`]), loads the models once ([`models`]), records what each stage
 //! took ([`stages`]) and what the run did (`report.json`, [`report`]).
 
-pub mod generate;
-pub mod mesh;
+pub(crate) mod generate;
+pub(crate) mod mesh;
 pub(crate) mod models;
 pub(crate) mod report;
 pub(crate) mod settings;
 pub(crate) mod stages;
 pub(crate) mod stream;
 
-pub use generate::{generate, same_values, Progress};
-pub use mesh::{extract_mesh, LatentField};
-pub use models::{read_negatives, Guided, ModelSources, Models};
+pub(crate) use generate::same_values;
+pub use generate::{generate, Progress};
+pub(crate) use mesh::extract_mesh;
+pub(crate) use mesh::LatentField;
+pub(crate) use models::read_negatives;
+pub(crate) use models::Guided;
+pub use models::Models;
 pub use report::{
     ExportMemory, MemorySection, Report, ReportSettings, StagePeakBytes, StageSeconds,
 };

@@ -13,7 +13,7 @@ use super::settings::RunSettings;
 use super::stream;
 use crate::autodiff::rng::Rng;
 use crate::clip::{
-    load_text_with_projection_with_dtype, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
+    load_text_with_projection, ClipScorer, ClipTextModelWithProjection, ClipTokenizer,
 };
 use crate::device::memory as device_memory;
 use crate::device::Precision;
@@ -22,7 +22,7 @@ use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler, ShapE};
 
 /// Where a run's models came from (folders), for reports.
 #[derive(Debug, Clone, Serialize)]
-pub struct ModelSources {
+pub(crate) struct ModelSources {
     /// The Shap-E pipeline folder.
     pub(crate) shap_e: String,
     /// The scoring-CLIP folder.
@@ -32,24 +32,24 @@ pub struct ModelSources {
 /// The models of a run, loaded once (a batch reuses them for every item).
 pub struct Models {
     /// Prior, scheduler and decoder.
-    pub shap_e: ShapE,
+    pub(crate) shap_e: ShapE,
     /// The prior's CLIP text tower.
     pub(crate) text_encoder: ClipTextModelWithProjection,
     /// Its tokenizer.
-    pub tokenizer: ClipTokenizer,
+    pub(crate) tokenizer: ClipTokenizer,
     /// The scoring CLIP (guidance).
-    pub scorer: ClipScorer,
+    pub(crate) scorer: ClipScorer,
     /// An optional held-out CLIP that scores the result but never guides it.
     pub(crate) held_out: Option<ClipScorer>,
     /// Negative prompts guidance contrasts the prompt against (the scoring CLIP folder's
     /// [`guide::NEGATIVES_FILE`], or `--negatives`).
-    pub negatives: Vec<String>,
+    pub(crate) negatives: Vec<String>,
     /// Where they came from, for reports.
     pub(crate) sources: ModelSources,
     /// Seconds [`Models::load`] took.
     pub(crate) load_seconds: f64,
     /// The dtype of the frozen networks' matrix weights.
-    pub precision: Precision,
+    pub(crate) precision: Precision,
     /// Peak bytes while loading ([`device_memory::peak_bytes`]).
     pub(crate) load_peak_bytes: u64,
 }
@@ -63,7 +63,7 @@ impl Models {
 
     /// Loads both folders with the frozen networks' matrix weights (prior, its text tower, the
     /// decoder, the scoring CLIP) in `precision`.
-    pub fn load_with_precision(
+    pub(crate) fn load_with_precision(
         shap_e_dir: &Path,
         clip_dir: &Path,
         device: &Device,
@@ -75,14 +75,14 @@ impl Models {
         let shap_e = ShapE::load(shap_e_dir, dtype, device)
             .with_context(|| format!("loading the Shap-E pipeline in {}", shap_e_dir.display()))?;
         let text_dir = shap_e_dir.join("text_encoder");
-        let text_encoder = load_text_with_projection_with_dtype(&text_dir, dtype, device)
-            .with_context(|| {
+        let text_encoder =
+            load_text_with_projection(&text_dir, dtype, device).with_context(|| {
                 format!("loading the prior's text encoder in {}", text_dir.display())
             })?;
         let tok_dir = shap_e_dir.join("tokenizer");
         let tokenizer = ClipTokenizer::from_dir(&tok_dir, 77)
             .with_context(|| format!("loading the prior's tokenizer in {}", tok_dir.display()))?;
-        let scorer = ClipScorer::load_with_dtype(clip_dir, dtype, device)
+        let scorer = ClipScorer::load(clip_dir, dtype, device)
             .with_context(|| format!("loading the scoring CLIP in {}", clip_dir.display()))?;
         let negatives_file = clip_dir.join(guide::NEGATIVES_FILE);
         let negatives = if negatives_file.is_file() {
@@ -108,7 +108,7 @@ impl Models {
     }
 
     /// The prior's raw CLIP text embedding `(1, dim)` of `prompt`.
-    pub fn text_embeds(&self, prompt: &str, device: &Device) -> Result<Tensor> {
+    pub(crate) fn text_embeds(&self, prompt: &str, device: &Device) -> Result<Tensor> {
         let unknown = self.tokenizer.unknown_words(prompt);
         if !unknown.is_empty() {
             tracing::warn!(
@@ -129,7 +129,7 @@ impl Models {
     /// The prior sample of a run with settings `s` and root generator `rng` (its stream
     /// [`stream::PRIOR`]), so `generate` and `eval` start from the same latent for the same
     /// prompt and seed.
-    pub fn run_sample(
+    pub(crate) fn run_sample(
         &self,
         prompt: &str,
         s: &RunSettings,
@@ -149,7 +149,7 @@ impl Models {
     /// noise as [`Self::run_sample`] (stream [`stream::PRIOR`]), the sampler guided by the view
     /// loss of `target` (stream [`stream::SAMPLING`]) as `s.sampling` says. With a guidance
     /// scale of 0 it is [`Self::run_sample`]'s latent, bit for bit.
-    pub fn guided_sample(
+    pub(crate) fn guided_sample(
         &self,
         target: &Target,
         s: &RunSettings,
@@ -226,7 +226,7 @@ impl Models {
     /// caller has it, so it is not rendered again): exploration picks the start
     /// ([`guide::choose_start`]), then the loop refines it ([`guide::optimize`]). `generate` and
     /// `eval` both go through here.
-    pub fn guide(
+    pub(crate) fn guide(
         &self,
         target: &Target,
         z0: guide::Start<'_>,
@@ -272,7 +272,7 @@ impl Models {
     }
 
     /// A prior sample `(1, rows, d)` for `prompt`.
-    pub fn sample(
+    pub(crate) fn sample(
         &self,
         prompt: &str,
         steps: usize,
@@ -287,7 +287,7 @@ impl Models {
 }
 
 /// Reads a negative-prompt file: one prompt per line, blank lines and `#` comments skipped.
-pub fn read_negatives(path: &Path) -> Result<Vec<String>> {
+pub(crate) fn read_negatives(path: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading negative prompts from {}", path.display()))?;
     Ok(text
@@ -300,15 +300,15 @@ pub fn read_negatives(path: &Path) -> Result<Vec<String>> {
 
 /// What [`Models::guide`] returns.
 #[derive(Debug, Clone)]
-pub struct Guided {
+pub(crate) struct Guided {
     /// The guided latent (the best by the held-aside score, no graph).
-    pub latent: Tensor,
+    pub(crate) latent: Tensor,
     /// What the loop measured.
-    pub trace: GuideTrace,
+    pub(crate) trace: GuideTrace,
     /// How exploration chose the start.
-    pub start: StartChoice,
+    pub(crate) start: StartChoice,
     /// The latent the loop started from (the prior's sample unless exploration chose another).
-    pub start_latent: Tensor,
+    pub(crate) start_latent: Tensor,
 }
 
 impl Guided {

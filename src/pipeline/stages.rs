@@ -55,7 +55,7 @@ pub(crate) struct StageRecorder<'d> {
 
 impl<'d> StageRecorder<'d> {
     /// A recorder whose run starts now on `device`.
-    pub fn new(device: &'d Device) -> Self {
+    pub(crate) fn new(device: &'d Device) -> Self {
         Self {
             device,
             started: Instant::now(),
@@ -77,7 +77,7 @@ impl<'d> StageRecorder<'d> {
 
     /// Runs `f` as (another part of) stage `name`: resets the high-water marks, times it and
     /// records its peaks. A stage run twice adds its seconds and keeps the larger peak.
-    pub fn run<T, E>(
+    pub(crate) fn run<T, E>(
         &mut self,
         name: &'static str,
         f: impl FnOnce() -> Result<T, E>,
@@ -156,7 +156,7 @@ impl<'d> StageRecorder<'d> {
 
     /// The `memory` section: the device and its meter, the weights' `dtype`, the peak of each
     /// stage (the latents' and the previews' together) and the export's cache release.
-    pub fn memory(
+    pub(crate) fn memory(
         &self,
         dtype: Precision,
         export: Option<&ExportReport>,

@@ -3,8 +3,6 @@
 //! per-axis field of view. Rays go through pixel centres' grid `f = (p/(res−1))·2 − 1`, scaled
 //! by `tan(fov/2)`, row-major with the row index `py`.
 
-use candle_core::{Device, Result, Tensor};
-
 /// A pinhole camera.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Camera {
@@ -109,22 +107,12 @@ impl Camera {
         }
         (origins, dirs)
     }
-
-    /// [`Self::rays`] as `(origins (n, 3), directions (n, 3))` f32 tensors.
-    pub fn ray_tensors(&self, device: &Device) -> Result<(Tensor, Tensor)> {
-        let (o, d) = self.rays();
-        let n = self.width * self.height;
-        Ok((
-            Tensor::from_vec(o, (n, 3), device)?,
-            Tensor::from_vec(d, (n, 3), device)?,
-        ))
-    }
 }
 
 /// Shap-E's 20 pan cameras (`create_pan_cameras`): θ = linspace(0, 2π, 20) (first and last
 /// coincide), `z = normalize(sin θ, cos θ, −0.5)`, origin `−4z`, `x = (cos θ, −sin θ, 0)`,
 /// `y = z × x`, fov 0.7, `size × size` pixels.
-pub fn pan_cameras(size: usize) -> Vec<Camera> {
+pub(crate) fn pan_cameras(size: usize) -> Vec<Camera> {
     (0..PAN_VIEWS)
         .map(|i| {
             let theta = 2.0 * std::f64::consts::PI * i as f64 / (PAN_VIEWS - 1) as f64;

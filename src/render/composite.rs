@@ -25,7 +25,7 @@ pub(crate) fn deltas(ts: &[f32], t0: &[f32], t1: &[f32]) -> Vec<f32> {
 
 /// Compositing weights `w (r, s)` and ray transmittance `T (r)` of `density (r, s)` over bins
 /// of width `delta (r, s)`.
-pub fn weights(delta: &Tensor, density: &Tensor) -> Result<(Tensor, Tensor)> {
+pub(crate) fn weights(delta: &Tensor, density: &Tensor) -> Result<(Tensor, Tensor)> {
     let (r, s) = density.dims2()?;
     let tau = (density * delta)?;
     let mass = tau.cumsum(1)?;

@@ -28,7 +28,7 @@ use crate::autodiff::vjp::attach;
 use crate::kernels::fastmath::simd_dispatch;
 use crate::kernels::{sigmoid, Real};
 use crate::shap_e::fused_mlp::{encode, plain};
-pub use crate::shap_e::fused_mlp::{Fused, FusedMlp};
+pub(crate) use crate::shap_e::fused_mlp::{Fused, FusedMlp};
 
 /// The geometry of a chunk: sample points and bin widths of the rays that meet the volume, and
 /// which rays do. A ray that misses takes no samples: its output is the background with opacity
@@ -165,7 +165,7 @@ struct Saved<T> {
 /// Renders the chunk `samples` through the MLP with latent-derived `weights` (one `(1, out, in)`
 /// per projected layer): `(r, 4)` = RGB over `background` and opacity, as one graph node whose
 /// backward reaches the tracked `weights`.
-pub fn render<T: Real>(
+pub(crate) fn render<T: Real>(
     mlp: &Arc<FusedMlp<T>>,
     weights: &[Tensor],
     samples: Samples<T>,
@@ -361,7 +361,14 @@ mod tests {
         let z = Var::from_tensor(&(Rng::new(1).normal_tensor(&[1, 4 * d, 16], &dev)? * 2.0)?)?;
         // A wide field of view so that the corner rays miss the volume.
         let cam = Camera::orbit(0.4, 0.3, 2.5, 1.2, 4, 3);
-        let (o, dirs) = cam.ray_tensors(&dev)?;
+        let (o, dirs) = {
+            let (o, d) = cam.rays();
+            let n = cam.width * cam.height;
+            (
+                Tensor::from_vec(o, (n, 3), &dev)?,
+                Tensor::from_vec(d, (n, 3), &dev)?,
+            )
+        };
         let settings = RenderSettings {
             n_coarse: 8,
             n_fine: 8,

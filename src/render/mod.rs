@@ -27,9 +27,9 @@ use crate::kernels::Real;
 use crate::shap_e::fused_mlp::level_heads;
 use crate::shap_e::nerstf::{self, Level, NerstfMlp};
 use crate::shap_e::Decoder;
-pub use camera::{pan_cameras, Camera};
+pub use camera::Camera;
 use fused::{Fused, Samples};
-pub use sheet::{contact_sheet, preview_settings, to_rgb_image};
+pub(crate) use sheet::{contact_sheet, preview_settings};
 
 /// Rendering options.
 #[derive(Debug, Clone, PartialEq)]
@@ -362,7 +362,8 @@ pub(crate) fn render_views(
 
 impl Decoder {
     /// Renders one view of `latent`: RGB `(H, W, 3)` and opacity `(H, W)`.
-    pub fn render(
+    #[cfg(test)]
+    pub(crate) fn render(
         &self,
         latent: &Tensor,
         camera: &Camera,

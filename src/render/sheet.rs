@@ -17,7 +17,7 @@ pub(crate) const SHEET_COLUMNS: usize = 5;
 /// 20 small tiles is a glance at the field, not the guidance image; the 32 + 32 samples it used
 /// before (one coarse pass to place 32 more samples, then 64 per ray) cost three times as many
 /// MLP queries and made the two sheets most of a `generate --steps 0`.
-pub fn preview_settings() -> RenderSettings {
+pub(crate) fn preview_settings() -> RenderSettings {
     RenderSettings {
         n_coarse: 32,
         n_fine: 0,
@@ -27,7 +27,7 @@ pub fn preview_settings() -> RenderSettings {
 }
 
 /// `rgb (H, W, 3)` in `[0, 1]` → an 8-bit image (values clamped, rounded).
-pub fn to_rgb_image(rgb: &Tensor) -> Result<RgbImage> {
+pub(crate) fn to_rgb_image(rgb: &Tensor) -> Result<RgbImage> {
     let (h, w, c) = rgb.dims3()?;
     if c != 3 {
         candle_core::bail!("expected (H, W, 3) colours, got {:?}", rgb.shape());
@@ -47,7 +47,7 @@ pub fn to_rgb_image(rgb: &Tensor) -> Result<RgbImage> {
 
 /// Renders the 20 pan views of `latent` at `size × size` (graph-free: the latent is detached)
 /// and tiles them 5 per row. Returns PNG bytes.
-pub fn contact_sheet(
+pub(crate) fn contact_sheet(
     decoder: &Decoder,
     latent: &Tensor,
     size: usize,

@@ -14,10 +14,12 @@ use super::error::LoadError;
 mod renderer;
 mod scheduler;
 
-pub use renderer::{RendererConfig, DIRENC_DIM, POSENC_DIM};
-pub use scheduler::{BetaSchedule, PredictionType, SchedulerConfig};
+pub use renderer::RendererConfig;
+pub(crate) use renderer::{DIRENC_DIM, POSENC_DIM};
+pub use scheduler::SchedulerConfig;
+pub(crate) use scheduler::{BetaSchedule, PredictionType};
 
-pub use crate::autodiff::ops::Activation;
+pub(crate) use crate::autodiff::ops::Activation;
 
 /// A normalisation named in a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -168,7 +170,7 @@ impl PriorConfig {
 }
 
 /// Reads a config JSON, checks `_class_name` (when present) and the supported values.
-pub fn read_config<T: DeserializeOwned + ClassChecked>(path: &Path) -> Result<T, LoadError> {
+pub(crate) fn read_config<T: DeserializeOwned + ClassChecked>(path: &Path) -> Result<T, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
         path: path.to_path_buf(),
         source,
@@ -202,7 +204,7 @@ pub(crate) fn parse_config<T: DeserializeOwned + ClassChecked>(
 }
 
 /// A config whose `_class_name` names a diffusers class.
-pub trait ClassChecked {
+pub(crate) trait ClassChecked {
     /// The expected `_class_name`.
     const CLASS: &'static str;
     /// The `_class_name` in the file, if any.

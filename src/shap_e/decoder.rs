@@ -41,7 +41,7 @@ impl Decoder {
 
     /// Loads `config.json` and the weights of a renderer folder (`shap_e_renderer/` or
     /// `renderer/`), checking every key and shape.
-    pub fn load(
+    pub(crate) fn load(
         dir: &Path,
         dtype: DType,
         device: &Device,
@@ -52,7 +52,7 @@ impl Decoder {
     }
 
     /// Loads the decoder for `cfg` from one weight file.
-    pub fn load_file(
+    pub(crate) fn load_file(
         cfg: &RendererConfig,
         weights: &Path,
         dtype: DType,
@@ -62,18 +62,18 @@ impl Decoder {
     }
 
     /// The config.
-    pub fn config(&self) -> &RendererConfig {
+    pub(crate) fn config(&self) -> &RendererConfig {
         &self.cfg
     }
 
     /// The MLP (static part).
-    pub fn mlp(&self) -> &NerstfMlp {
+    pub(crate) fn mlp(&self) -> &NerstfMlp {
         &self.mlp
     }
 
     /// The latent-derived MLP weights, one `(B, out, in)` per projected layer, for
     /// `latent (B, rows, d_latent)`; a `(B, rows·d_latent)` latent is reshaped first.
-    pub fn mlp_weights(&self, latent: &Tensor) -> Result<Vec<Tensor>> {
+    pub(crate) fn mlp_weights(&self, latent: &Tensor) -> Result<Vec<Tensor>> {
         let latent = self.as_rows(latent)?;
         self.params_proj
             .forward(&latent.to_dtype(self.mlp.dtype())?)
@@ -92,7 +92,7 @@ impl Decoder {
     }
 
     /// Raw MLP outputs `(B, n, 12)` at `points (B, n, 3)` for the latent-derived `weights`.
-    pub fn query(&self, weights: &[Tensor], points: &Tensor) -> Result<Tensor> {
+    pub(crate) fn query(&self, weights: &[Tensor], points: &Tensor) -> Result<Tensor> {
         self.mlp
             .forward(weights, &points.to_dtype(self.mlp.dtype())?)
     }
@@ -102,14 +102,14 @@ impl Decoder {
     /// STF colour `rgb (n, 3)` in `[0, 1]` (sRGB, before any linearisation). Inputs are detached,
     /// so no graph is built even for a `Var` latent. For many queries of one latent, prepare it
     /// once with [`Decoder::field`].
-    pub fn query_field(&self, latent: &Tensor, points: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn query_field(&self, latent: &Tensor, points: &Tensor) -> Result<(Tensor, Tensor)> {
         self.field(latent)?.query(points)
     }
 
     /// Prepares graph-free field queries of one latent (`(1, rows, d)` or `(rows, d)`): the
     /// latent-derived MLP weights are computed once, and on the CPU the fused MLP
     /// ([`super::fused_mlp`]) is set up when it applies.
-    pub fn field(&self, latent: &Tensor) -> Result<FieldQuery<'_>> {
+    pub(crate) fn field(&self, latent: &Tensor) -> Result<FieldQuery<'_>> {
         let latent = latent.detach();
         let latent = if latent.rank() == 2 && latent.dim(0)? == self.cfg.latent_rows() {
             latent.unsqueeze(0)?
@@ -155,7 +155,7 @@ fn rgb_rows(colours: bool, n: usize) -> usize {
 }
 
 /// One latent's field, prepared for graph-free queries ([`Decoder::field`]).
-pub struct FieldQuery<'a> {
+pub(crate) struct FieldQuery<'a> {
     decoder: &'a Decoder,
     weights: Vec<Tensor>,
     fused: Option<FusedField>,
@@ -163,12 +163,13 @@ pub struct FieldQuery<'a> {
 
 impl FieldQuery<'_> {
     /// Whether queries run on the fused CPU MLP (else on candle ops).
-    pub fn is_fused(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_fused(&self) -> bool {
         self.fused.is_some()
     }
 
     /// `points (n, 3)` → `sdf (n)` and sRGB `rgb (n, 3)`, as [`Decoder::query_field`].
-    pub fn query(&self, points: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn query(&self, points: &Tensor) -> Result<(Tensor, Tensor)> {
         let (sdf, rgb) = self.run(points, true)?;
         match rgb {
             Some(rgb) => Ok((sdf, rgb)),
@@ -177,7 +178,7 @@ impl FieldQuery<'_> {
     }
 
     /// The signed distance alone, `points (n, 3)` → `sdf (n)` (what grid sampling needs).
-    pub fn query_sdf(&self, points: &Tensor) -> Result<Tensor> {
+    pub(crate) fn query_sdf(&self, points: &Tensor) -> Result<Tensor> {
         Ok(self.run(points, false)?.0)
     }
 
@@ -218,7 +219,7 @@ impl FieldQuery<'_> {
 
     /// [`FieldQuery::query`] composed from candle ops, in chunks of 4096 points: the path for
     /// other devices and dtypes, and the reference the fused MLP is tested against.
-    pub fn query_composed(&self, points: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn query_composed(&self, points: &Tensor) -> Result<(Tensor, Tensor)> {
         let points = points.detach();
         let n = points.dim(0)?;
         let (mut sdfs, mut rgbs) = (Vec::new(), Vec::new());
@@ -242,7 +243,7 @@ impl FieldQuery<'_> {
 
 /// Loads `config.json` and the weights of a prior folder (`prior/`), checking every key and shape.
 /// `clip_mean`/`clip_std` are reported in [`Loaded::unused`] (unused by the pipeline).
-pub fn load_prior(
+pub(crate) fn load_prior(
     dir: &Path,
     dtype: DType,
     device: &Device,

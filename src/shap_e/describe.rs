@@ -13,7 +13,7 @@ use crate::weights::{count_parameters, find_weights, LoadError};
 
 /// A summary of the Shap-E pipeline in `root`: prior, decoder and scheduler (the prior's text
 /// encoder is a CLIP, described by `clip::describe`).
-pub fn describe(root: &Path) -> Result<String, LoadError> {
+pub(crate) fn describe(root: &Path) -> Result<String, LoadError> {
     let mut s = format!("Shap-E pipeline at {}\n", root.display());
     let prior_dir = root.join("prior");
     let path = prior_dir.join("config.json");

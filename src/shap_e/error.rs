@@ -1,4 +1,4 @@
 //! Errors at the Shap-E loading boundary: configs, weight files and latents share one
 //! [`LoadError`] with every other loader ([`crate::weights`]).
 
-pub use crate::weights::LoadError;
+pub(crate) use crate::weights::LoadError;

@@ -33,7 +33,7 @@ struct Layer<T> {
 
 /// The frozen part of the NeRSTF MLP as plain arrays; the last layer keeps only the output rows
 /// its caller reads ([`FusedMlp::heads`]).
-pub struct FusedMlp<T> {
+pub(crate) struct FusedMlp<T> {
     layers: Vec<Layer<T>>,
     n_projected: usize,
     heads: Vec<usize>,
@@ -61,7 +61,7 @@ const BLOCK: usize = 512;
 
 /// The position encoding of flat points `(n·3)` → flat `(n·93)` ([`posenc_into`]), in parallel
 /// over blocks of points.
-pub fn encode<T: Real>(points: &[T]) -> Vec<T> {
+pub(crate) fn encode<T: Real>(points: &[T]) -> Vec<T> {
     let mut out = vec![T::zero(); points.len() / 3 * POSENC_DIM];
     out.par_chunks_mut(BLOCK * POSENC_DIM)
         .zip(points.par_chunks(BLOCK * 3))
@@ -126,16 +126,6 @@ impl<T: Real> FusedMlp<T> {
         }))
     }
 
-    /// The output channels the head rows hold, in order.
-    pub fn heads(&self) -> &[usize] {
-        &self.heads
-    }
-
-    /// Number of projected (latent-derived) layers.
-    pub fn n_projected(&self) -> usize {
-        self.n_projected
-    }
-
     /// The projected weights (one `(1, out, in)` per projected layer) as plain arrays.
     pub(crate) fn projected(&self, weights: &[Tensor]) -> Result<Vec<Vec<T>>> {
         if weights.len() != self.n_projected {
@@ -169,7 +159,7 @@ impl<T: Real> FusedMlp<T> {
     /// The MLP on encoded points `h0 (n, 93)`: the head `(n, heads)` (raw, before any output
     /// activation) and, when `keep`, the hidden pre-activations (one `(n, out_k)` per hidden
     /// layer, for [`FusedMlp::backward`]).
-    pub fn forward(
+    pub(crate) fn forward(
         &self,
         proj: &[Vec<T>],
         h0: &[T],
@@ -347,7 +337,12 @@ impl<T: Real> FusedMlp<T> {
     /// `colours`, STF colour `sigmoid(raw₃..₆)` `(n, 3)` (else empty), as
     /// [`super::nerstf::sdf`] and [`super::nerstf::stf_rgb`] compute them; forward only. Needs
     /// an MLP built with [`FIELD_HEADS`].
-    pub fn field(&self, proj: &[Vec<T>], points: &[T], colours: bool) -> Result<(Vec<T>, Vec<T>)> {
+    pub(crate) fn field(
+        &self,
+        proj: &[Vec<T>],
+        points: &[T],
+        colours: bool,
+    ) -> Result<(Vec<T>, Vec<T>)> {
         if self.heads != FIELD_HEADS {
             candle_core::bail!(
                 "the field query needs heads {FIELD_HEADS:?}, this MLP reads {:?} (bug)",
@@ -381,7 +376,7 @@ impl<T: Real> FusedMlp<T> {
 }
 
 /// A fused MLP in the decoder's dtype.
-pub enum Fused {
+pub(crate) enum Fused {
     /// f32 decoder.
     F32(std::sync::Arc<FusedMlp<f32>>),
     /// f64 decoder.

@@ -13,7 +13,7 @@ use crate::atomic::write_atomic;
 pub(crate) const LATENT_KEY: &str = "latent";
 
 /// Saves `latent` (any shape; stored as f32) to `path` as safetensors, atomically.
-pub fn save_latent(path: &Path, latent: &Tensor) -> Result<(), LoadError> {
+pub(crate) fn save_latent(path: &Path, latent: &Tensor) -> Result<(), LoadError> {
     let build = |source| LoadError::Build {
         path: path.to_path_buf(),
         source,
@@ -33,7 +33,7 @@ pub fn save_latent(path: &Path, latent: &Tensor) -> Result<(), LoadError> {
 }
 
 /// Loads the `latent` tensor of a file written by [`save_latent`] (f32, on `device`).
-pub fn load_latent(path: &Path, device: &Device) -> Result<Tensor, LoadError> {
+pub(crate) fn load_latent(path: &Path, device: &Device) -> Result<Tensor, LoadError> {
     let data = std::fs::read(path).map_err(|source| LoadError::Io {
         path: path.to_path_buf(),
         source,

@@ -5,24 +5,26 @@
 //! [`Decoder`]. Rendering lives in [`crate::render`]. Notes: `docs/shap-e.md`.
 
 pub mod config;
-pub mod decoder;
-pub mod describe;
-pub mod error;
-pub mod fused_mlp;
-pub mod latent;
-pub mod model;
-pub mod nerstf;
-pub mod params_proj;
-pub mod prior;
-pub mod sampler;
-pub mod scheduler;
+pub(crate) mod decoder;
+pub(crate) mod describe;
+pub(crate) mod error;
+pub(crate) mod fused_mlp;
+pub(crate) mod latent;
+pub(crate) mod model;
+pub(crate) mod nerstf;
+pub(crate) mod params_proj;
+pub(crate) mod prior;
+pub(crate) mod sampler;
+pub(crate) mod scheduler;
 
 pub use config::{PriorConfig, RendererConfig, SchedulerConfig};
-pub use decoder::{load_prior, Decoder, FieldQuery};
-pub use describe::describe;
-pub use error::LoadError;
-pub use latent::{load_latent, save_latent};
-pub use model::{SamplingDefaults, ShapE, SAMPLING_FILE};
+pub use decoder::Decoder;
+pub(crate) use decoder::FieldQuery;
+pub(crate) use describe::describe;
+pub(crate) use latent::{load_latent, save_latent};
+pub(crate) use model::ShapE;
+pub(crate) use model::{SamplingDefaults, SAMPLING_FILE};
 pub use prior::PriorTransformer;
-pub use sampler::{condition, initial_noise, sample_latents_from, unconditional, Denoiser};
+pub(crate) use sampler::initial_noise;
+pub use sampler::Denoiser;
 pub use scheduler::HeunDiscreteScheduler;

@@ -15,12 +15,12 @@ use crate::weights::files::{DECODER_DIRS, DIFFUSERS_WEIGHTS};
 use crate::weights::find_weights;
 
 /// The file of a pipeline folder that recommends sampling settings (optional).
-pub const SAMPLING_FILE: &str = "sampling.json";
+pub(crate) const SAMPLING_FILE: &str = "sampling.json";
 
 /// Sampling settings a pipeline recommends (`sampling.json`; Shap-E's published values when the
 /// file is absent, as in the hub checkpoints).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize, serde::Serialize)]
-pub struct SamplingDefaults {
+pub(crate) struct SamplingDefaults {
     /// Classifier-free guidance scale.
     pub(crate) guidance_scale: f32,
 }
@@ -52,13 +52,13 @@ impl SamplingDefaults {
 
 /// Prior, scheduler config and decoder of one Shap-E checkpoint.
 #[derive(Debug, Clone)]
-pub struct ShapE {
+pub(crate) struct ShapE {
     /// The latent prior.
     pub(crate) prior: PriorTransformer,
     /// The sampler's schedule.
     pub(crate) scheduler: SchedulerConfig,
     /// The latent decoder.
-    pub decoder: Decoder,
+    pub(crate) decoder: Decoder,
     /// Recommended sampling settings.
     pub(crate) sampling: SamplingDefaults,
 }
@@ -67,7 +67,7 @@ impl ShapE {
     /// Loads `root/prior`, `root/scheduler/scheduler_config.json` (the Shap-E values, with a
     /// warning, if the file is absent) and the first decoder folder of [`DECODER_DIRS`] that has
     /// weights.
-    pub fn load(
+    pub(crate) fn load(
         root: &Path,
         dtype: DType,
         device: &Device,
@@ -106,7 +106,7 @@ impl ShapE {
     }
 
     /// Latents `(B, tokens, d_latent)` for raw CLIP `text_embeds (B, dim)` with noise from `rng`.
-    pub fn sample(
+    pub(crate) fn sample(
         &self,
         text_embeds: &Tensor,
         steps: usize,

@@ -154,7 +154,7 @@ struct MlpLayer {
 
 /// `mlp`: the NeRSTF MLP with static layers loaded and projected layers supplied per call.
 #[derive(Debug, Clone)]
-pub struct NerstfMlp {
+pub(crate) struct NerstfMlp {
     /// `mlp.{k}` (the checkpoint key is `mlp.mlp.{k}`).
     mlp: Vec<MlpLayer>,
     n_projected: usize,
@@ -165,7 +165,7 @@ impl NerstfMlp {
     /// Loads `mlp.{k}.bias` for every layer and `mlp.{k}.weight` for the static ones (the
     /// projected layers' weights in the file are placeholders overwritten from the latent, so they
     /// are deliberately not read).
-    pub fn new(vb: VarBuilder, cfg: &RendererConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &RendererConfig) -> Result<Self> {
         let vb = vb.pp("mlp");
         let n_projected = cfg.param_names.len();
         let mlp = (0..=cfg.n_hidden_layers)
@@ -222,13 +222,13 @@ impl NerstfMlp {
     }
 
     /// The dtype of the activations (and of the biases): f32 for a half-precision decoder.
-    pub fn dtype(&self) -> DType {
+    pub(crate) fn dtype(&self) -> DType {
         self.mlp[self.mlp.len() - 1].bias.dtype()
     }
 
     /// The dtype the static weights are stored and multiplied in (bf16/f16 under `--dtype`,
     /// else the same as [`Self::dtype`]).
-    pub fn weight_dtype(&self) -> DType {
+    pub(crate) fn weight_dtype(&self) -> DType {
         self.mlp
             .iter()
             .find_map(|l| l.weight.as_ref().map(Tensor::dtype))
@@ -237,7 +237,7 @@ impl NerstfMlp {
 
     /// Raw outputs `(B, n, 12)` at `points (B, n, 3)` with `weights` = one `(B, out, in)` tensor
     /// per projected layer (from [`super::params_proj::ParamsProj::forward`]).
-    pub fn forward(&self, weights: &[Tensor], points: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, weights: &[Tensor], points: &Tensor) -> Result<Tensor> {
         if weights.len() != self.n_projected {
             candle_core::bail!(
                 "the MLP needs {} projected weights, got {}",

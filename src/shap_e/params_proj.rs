@@ -15,14 +15,13 @@ use crate::autodiff::ops;
 
 /// `projections.nerstf__mlp__{j}__weight`: one latent-to-weight projection.
 #[derive(Debug, Clone)]
-pub struct ChannelsProj {
+pub(crate) struct ChannelsProj {
     /// `proj.weight` viewed `(V, C, D)`.
     proj_weight: Tensor,
     /// `proj.bias` viewed `(V, C)`.
     proj_bias: Tensor,
     norm: LayerNorm,
     vectors: usize,
-    channels: usize,
 }
 
 impl ChannelsProj {
@@ -38,21 +37,15 @@ impl ChannelsProj {
             proj_bias: param(&p, vectors * channels, "bias")?.reshape((vectors, channels))?,
             norm: layer_norm(channels, 1e-5, vb.pp("norm"))?,
             vectors,
-            channels,
         })
     }
 
     /// `z (B, V, D)` → `(B, V, C)`.
-    pub fn forward(&self, z: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, z: &Tensor) -> Result<Tensor> {
         let zt = z.transpose(0, 1)?.contiguous()?; // (V, B, D)
         let h = ops::batched_linear(&zt, &self.proj_weight, None)?; // (V, B, C)
         let h = h.transpose(0, 1)?.contiguous()?; // (B, V, C)
         self.norm.forward(&h)?.broadcast_add(&self.proj_bias)
-    }
-
-    /// `(vectors, channels)`.
-    pub fn shape(&self) -> (usize, usize) {
-        (self.vectors, self.channels)
     }
 }
 
@@ -65,7 +58,7 @@ pub(crate) struct ParamsProj {
 
 impl ParamsProj {
     /// Loads `projections.nerstf__mlp__{j}__weight.{proj,norm}.{weight,bias}` under `vb`.
-    pub fn new(vb: VarBuilder, cfg: &RendererConfig) -> Result<Self> {
+    pub(crate) fn new(vb: VarBuilder, cfg: &RendererConfig) -> Result<Self> {
         let vb = vb.pp("projections");
         let projections = cfg
             .param_names
@@ -82,7 +75,7 @@ impl ParamsProj {
     }
 
     /// `latent (B, rows, d_latent)` → one `(B, out, in)` MLP weight per projection.
-    pub fn forward(&self, latent: &Tensor) -> Result<Vec<Tensor>> {
+    pub(crate) fn forward(&self, latent: &Tensor) -> Result<Vec<Tensor>> {
         let (_, rows, d) = latent.dims3()?;
         let need: usize = self.projections.iter().map(|p| p.vectors).sum();
         if rows != need || d != self.d_latent {

@@ -25,7 +25,7 @@ const OUTER_INPUTS: usize = 8;
 
 /// `attn1`: multi-head self-attention with biased q/k/v/out projections.
 #[derive(Debug, Clone)]
-pub struct Attention {
+pub(crate) struct Attention {
     to_q: Linear,
     to_k: Linear,
     to_v: Linear,
@@ -68,7 +68,7 @@ impl Attention {
 
 /// `ff`: `net.0.proj` → exact GELU → (`net.1` dropout) → `net.2`.
 #[derive(Debug, Clone)]
-pub struct FeedForward {
+pub(crate) struct FeedForward {
     net_0_proj: Linear,
     net_2: Linear,
 }
@@ -91,7 +91,7 @@ impl FeedForward {
 /// `transformer_blocks.{i}`: pre-LN self-attention and feed-forward (diffusers
 /// `BasicTransformerBlock` without cross-attention, hence `norm1` and `norm3`).
 #[derive(Debug, Clone)]
-pub struct PriorBlock {
+pub(crate) struct PriorBlock {
     norm1: LayerNorm,
     attn1: Attention,
     norm3: LayerNorm,
@@ -119,7 +119,7 @@ impl Block for PriorBlock {
 
 /// `time_embedding`: `linear_1` → activation → `linear_2` on the sinusoidal timestep features.
 #[derive(Debug, Clone)]
-pub struct TimestepEmbedding {
+pub(crate) struct TimestepEmbedding {
     linear_1: Linear,
     linear_2: Linear,
     act: Activation,
@@ -129,7 +129,7 @@ pub struct TimestepEmbedding {
 /// `[cos(t·f_k), sin(t·f_k)]` with `f_k = exp(−ln(10⁴)·k/(dim/2))`, computed in f32 like diffusers.
 ///
 /// `t`: `(n)` fractional timesteps. Returns `(n, dim)`.
-pub fn timestep_features(
+pub(crate) fn timestep_features(
     t: &[f32],
     dim: usize,
     dtype: DType,
@@ -217,12 +217,18 @@ impl PriorTransformer {
     }
 
     /// The config.
-    pub fn config(&self) -> &PriorConfig {
+    pub(crate) fn config(&self) -> &PriorConfig {
         &self.cfg
     }
 
     /// One evaluation without checkpointing; see [`Self::forward_with_policy`].
-    pub fn forward(&self, x: &Tensor, timestep: f32, proj_embedding: &Tensor) -> Result<Tensor> {
+    #[cfg(test)]
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        timestep: f32,
+        proj_embedding: &Tensor,
+    ) -> Result<Tensor> {
         self.forward_with_policy(x, timestep, proj_embedding, &Policy::None)
     }
 
@@ -243,7 +249,7 @@ impl PriorTransformer {
     }
 
     /// [`Self::forward_with_policy`] with one timestep per batch item (training draws them).
-    pub fn forward_at(
+    pub(crate) fn forward_at(
         &self,
         x: &Tensor,
         timesteps: &[f32],
@@ -296,7 +302,7 @@ impl PriorTransformer {
 
     /// The x0 prediction: the first `embedding_dim` output channels of
     /// [`Self::forward_with_policy`].
-    pub fn predict_x0(
+    pub(crate) fn predict_x0(
         &self,
         x: &Tensor,
         timestep: f32,

@@ -11,26 +11,24 @@ use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 
 /// Guidance scale used by every documented Shap-E example (the pipeline's own default is 4).
-pub const DEFAULT_GUIDANCE_SCALE: f32 = 15.0;
-/// Steps used by every documented Shap-E example.
-pub const DEFAULT_STEPS: usize = 64;
+pub(crate) const DEFAULT_GUIDANCE_SCALE: f32 = 15.0;
 
 /// The prior's conditioning from CLIP `text_embeds (B, dim)`: each row L2-normalised, then
 /// multiplied by `sqrt(dim)`. Returns `(B, dim)`.
-pub fn condition(text_embeds: &Tensor) -> Result<Tensor> {
+pub(crate) fn condition(text_embeds: &Tensor) -> Result<Tensor> {
     let dim = text_embeds.dim(D::Minus1)?;
     let norm = text_embeds.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?;
     text_embeds.broadcast_div(&norm)? * (dim as f64).sqrt()
 }
 
 /// The unconditional embedding: zeros shaped like the conditioning (not an empty-prompt encoding).
-pub fn unconditional(cond: &Tensor) -> Result<Tensor> {
+pub(crate) fn unconditional(cond: &Tensor) -> Result<Tensor> {
     cond.zeros_like()
 }
 
 /// Standard-normal starting noise `(B, num_embeddings·embedding_dim)` for `text_embeds (B, dim)`,
 /// in their dtype and on their device.
-pub fn initial_noise(
+pub(crate) fn initial_noise(
     prior: &PriorTransformer,
     text_embeds: &Tensor,
     rng: &mut Rng,
@@ -85,7 +83,11 @@ impl<'a> Denoiser<'a> {
 
     /// The sampler state `(B, num_embeddings, embedding_dim)` at the first step: standard-normal
     /// `noise (B, num_embeddings·embedding_dim)` times the initial sigma (as diffusers does).
-    pub fn initial_state(&self, sched: &HeunDiscreteScheduler, noise: &Tensor) -> Result<Tensor> {
+    pub(crate) fn initial_state(
+        &self,
+        sched: &HeunDiscreteScheduler,
+        noise: &Tensor,
+    ) -> Result<Tensor> {
         let cfg = self.prior.config();
         noise.reshape((self.batch, cfg.num_embeddings, cfg.embedding_dim))?
             * sched.init_noise_sigma() as f64
@@ -120,7 +122,7 @@ impl<'a> Denoiser<'a> {
 /// `guidance_scale` (off when ≤ 1), from standard-normal `noise`
 /// `(B, num_embeddings·embedding_dim)` ([`initial_noise`]). `ShapE::sample` draws the noise and
 /// uses the pipeline's scheduler.
-pub fn sample_latents_from(
+pub(crate) fn sample_latents_from(
     prior: &PriorTransformer,
     scheduler: &SchedulerConfig,
     text_embeds: &Tensor,

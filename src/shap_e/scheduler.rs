@@ -11,7 +11,7 @@ use candle_core::{Result, Tensor};
 use super::config::{BetaSchedule, PredictionType, SchedulerConfig};
 
 /// Training betas of `cfg` as f32 (length `num_train_timesteps`).
-pub fn training_betas(cfg: &SchedulerConfig) -> Vec<f32> {
+pub(crate) fn training_betas(cfg: &SchedulerConfig) -> Vec<f32> {
     let n = cfg.num_train_timesteps;
     let capped = |abar: &dyn Fn(f64) -> f64| -> Vec<f32> {
         (0..n)
@@ -45,7 +45,7 @@ pub fn training_betas(cfg: &SchedulerConfig) -> Vec<f32> {
 }
 
 /// Training sigmas `σ_i = sqrt((1 − ᾱ_i)/ᾱ_i)` (f32; increasing in i).
-pub fn training_sigmas(cfg: &SchedulerConfig) -> Vec<f32> {
+pub(crate) fn training_sigmas(cfg: &SchedulerConfig) -> Vec<f32> {
     let mut acc = 1.0f64;
     training_betas(cfg)
         .into_iter()
@@ -80,7 +80,7 @@ fn linspace(a: f64, b: f64, n: usize) -> Vec<f64> {
 }
 
 /// The fractional training timestep of `sigma` by log-sigma interpolation (diffusers `_sigma_to_t`).
-pub fn sigma_to_t(sigma: f64, log_sigmas: &[f32]) -> f64 {
+pub(crate) fn sigma_to_t(sigma: f64, log_sigmas: &[f32]) -> f64 {
     let l = sigma.max(1e-10).ln();
     let count = log_sigmas
         .iter()
@@ -93,7 +93,7 @@ pub fn sigma_to_t(sigma: f64, log_sigmas: &[f32]) -> f64 {
 }
 
 /// Karras et al. (2022) sigmas with ρ = 7 from `sigma_max` down to `sigma_min` (f64).
-pub fn karras_sigmas(sigma_min: f64, sigma_max: f64, n: usize) -> Vec<f64> {
+pub(crate) fn karras_sigmas(sigma_min: f64, sigma_max: f64, n: usize) -> Vec<f64> {
     let rho = 7.0;
     let (lo, hi) = (sigma_min.powf(1.0 / rho), sigma_max.powf(1.0 / rho));
     linspace(0.0, 1.0, n)
@@ -104,7 +104,7 @@ pub fn karras_sigmas(sigma_min: f64, sigma_max: f64, n: usize) -> Vec<f64> {
 
 /// The per-step schedule of `steps` inference steps: `sigmas` `s_0 … s_{N−1}, 0` (length N+1,
 /// f32) and `timesteps` `t_0 … t_{N−1}` (f32, fractional).
-pub fn step_schedule(cfg: &SchedulerConfig, steps: usize) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn step_schedule(cfg: &SchedulerConfig, steps: usize) -> (Vec<f32>, Vec<f32>) {
     let train = training_sigmas(cfg);
     let log_sigmas: Vec<f32> = train.iter().map(|s| s.ln()).collect();
     let last = (cfg.num_train_timesteps - 1) as f64;
@@ -179,29 +179,30 @@ impl HeunDiscreteScheduler {
     }
 
     /// The timesteps, one per model evaluation (2N − 1).
-    pub fn timesteps(&self) -> &[f32] {
+    pub(crate) fn timesteps(&self) -> &[f32] {
         &self.timesteps
     }
 
     /// The interleaved sigmas (2N).
-    pub fn sigmas(&self) -> &[f32] {
+    #[cfg(test)]
+    pub(crate) fn sigmas(&self) -> &[f32] {
         &self.sigmas
     }
 
     /// Scale of the initial noise (`max σ`, "linspace" spacing).
-    pub fn init_noise_sigma(&self) -> f32 {
+    pub(crate) fn init_noise_sigma(&self) -> f32 {
         self.sigmas.iter().copied().fold(0.0, f32::max)
     }
 
     /// The timestep of the next model evaluation.
-    pub fn current_timestep(&self) -> Result<f32> {
+    pub(crate) fn current_timestep(&self) -> Result<f32> {
         self.timesteps.get(self.step_index).copied().ok_or_else(|| {
             candle_core::Error::Msg("scheduler stepped past its last timestep".into())
         })
     }
 
     /// `x / sqrt(σ² + 1)` with the current σ (c_in), in f32 like diffusers.
-    pub fn scale_model_input(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn scale_model_input(&self, x: &Tensor) -> Result<Tensor> {
         let s = self.sigmas[self.step_index.min(self.sigmas.len() - 1)];
         div(x, (s * s + 1.0).sqrt())
     }
@@ -212,12 +213,12 @@ impl HeunDiscreteScheduler {
 
     /// Whether the next evaluation starts a Heun step (the predictor at its σ), as opposed to
     /// the corrector that completes the previous one.
-    pub fn starts_step(&self) -> bool {
+    pub(crate) fn starts_step(&self) -> bool {
         self.first_order()
     }
 
     /// `(σ_i, σ_{i+1})` of the Heun step the next evaluation belongs to.
-    pub fn step_sigmas(&self) -> (f32, f32) {
+    pub(crate) fn step_sigmas(&self) -> (f32, f32) {
         let i = self.step_index.min(self.sigmas.len() - 2);
         if self.first_order() {
             (self.sigmas[i], self.sigmas[i + 1])

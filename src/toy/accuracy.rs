@@ -23,7 +23,7 @@ use crate::pipeline::{extract_mesh, same_values, Guided, Models, RunSettings};
 
 /// A mode the evaluation compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EvalMode {
+pub(crate) enum EvalMode {
     /// The prior's unguided sample.
     Prior,
     /// Latent optimization from the prior's sample (no exploration).
@@ -38,7 +38,7 @@ pub enum EvalMode {
 
 impl EvalMode {
     /// Every mode, in table order.
-    pub const ALL: [EvalMode; 5] = [
+    pub(crate) const ALL: [EvalMode; 5] = [
         Self::Prior,
         Self::Latent,
         Self::Explore,
@@ -84,20 +84,20 @@ impl fmt::Display for EvalMode {
 
 /// What an evaluation covers: prompts (toy captions), seeds, modes, and the prior's held-out
 /// combinations (which split a record counts in).
-pub struct EvalPlan<'a> {
+pub(crate) struct EvalPlan<'a> {
     /// The prompts.
-    pub prompts: &'a [String],
+    pub(crate) prompts: &'a [String],
     /// The seeds of every prompt.
-    pub seeds: &'a [u64],
+    pub(crate) seeds: &'a [u64],
     /// The modes, in table order.
-    pub modes: &'a [EvalMode],
+    pub(crate) modes: &'a [EvalMode],
     /// The combinations the prior did not train on ([`super::world::held_out_split`]).
-    pub held_out: &'a [(Shape, Colour)],
+    pub(crate) held_out: &'a [(Shape, Colour)],
 }
 
 /// Evaluates every prompt of `plan` at every seed in every mode, with the common settings `s`;
 /// `on_item(prompt, seed)` reports progress.
-pub fn evaluate(
+pub(crate) fn evaluate(
     models: &Models,
     plan: &EvalPlan<'_>,
     s: &RunSettings,

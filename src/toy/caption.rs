@@ -16,12 +16,12 @@ pub(crate) const TEMPLATES: [&str; 8] = [
 ];
 
 /// The canonical caption, "a red cube".
-pub fn caption(shape: Shape, colour: Colour) -> String {
+pub(crate) fn caption(shape: Shape, colour: Colour) -> String {
     fill(TEMPLATES[0], shape, colour)
 }
 
 /// Every caption of a combination: the canonical one first, then the paraphrases of [`TEMPLATES`].
-pub fn captions(shape: Shape, colour: Colour) -> Vec<String> {
+pub(crate) fn captions(shape: Shape, colour: Colour) -> Vec<String> {
     TEMPLATES.iter().map(|t| fill(t, shape, colour)).collect()
 }
 
@@ -35,7 +35,7 @@ pub(crate) fn all_captions() -> Vec<String> {
 
 /// The shape and colour a caption names: exactly one shape word and one colour word (repeats allowed), any case
 /// and punctuation. `None` when either is missing or ambiguous ("a red and blue cube").
-pub fn parse_caption(text: &str) -> Option<(Shape, Colour)> {
+pub(crate) fn parse_caption(text: &str) -> Option<(Shape, Colour)> {
     let lower = text.to_lowercase();
     let words = lower
         .split(|c: char| !c.is_alphanumeric())

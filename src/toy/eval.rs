@@ -16,7 +16,7 @@ use crate::mesh::Mesh;
 
 /// Evaluator settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EvalOptions {
+pub(crate) struct EvalOptions {
     /// Voxels per axis over the mesh's bounding box.
     pub(crate) resolution: usize,
     /// Yaws tried over one symmetry period, for shapes not symmetric about +Z.
@@ -34,26 +34,26 @@ impl Default for EvalOptions {
 
 /// One shape's best IoU with the mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ShapeScore {
+pub(crate) struct ShapeScore {
     /// The candidate shape.
-    pub shape: Shape,
+    pub(crate) shape: Shape,
     /// Best volumetric IoU over the yaw sweep, in [0, 1].
-    pub iou: f32,
+    pub(crate) iou: f32,
     /// The yaw (radians) that achieved it.
     pub(crate) yaw: f32,
 }
 
 /// The verdict on one mesh.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Classification {
+pub(crate) struct Classification {
     /// The best-matching shape.
-    pub shape: Shape,
+    pub(crate) shape: Shape,
     /// Its IoU.
-    pub shape_iou: f32,
+    pub(crate) shape_iou: f32,
     /// Every shape, best first.
-    pub ranking: Vec<ShapeScore>,
+    pub(crate) ranking: Vec<ShapeScore>,
     /// The nearest colour name.
-    pub colour: Colour,
+    pub(crate) colour: Colour,
     /// ΔE*76 from the mean colour to that colour's canonical value.
     pub(crate) colour_distance: f32,
     /// Area-weighted mean vertex colour, linear RGB.
@@ -66,7 +66,7 @@ pub struct Classification {
 
 /// Why a mesh cannot be judged.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum EvalError {
+pub(crate) enum EvalError {
     /// No triangles.
     #[error("mesh has no triangles, so there is nothing to classify; check that the export found a surface")]
     Empty,
@@ -95,12 +95,12 @@ pub enum EvalError {
 }
 
 /// Classifies `mesh` by shape and colour with the default [`EvalOptions`].
-pub fn classify(mesh: &Mesh) -> Result<Classification, EvalError> {
+pub(crate) fn classify(mesh: &Mesh) -> Result<Classification, EvalError> {
     classify_with(mesh, &EvalOptions::default())
 }
 
 /// Classifies `mesh` by shape ([`shape_scores`]) and colour ([`mean_colour`], [`nearest_colour`]).
-pub fn classify_with(mesh: &Mesh, opts: &EvalOptions) -> Result<Classification, EvalError> {
+pub(crate) fn classify_with(mesh: &Mesh, opts: &EvalOptions) -> Result<Classification, EvalError> {
     let ranking = shape_scores(mesh, opts)?;
     let mean = mean_colour(mesh)?;
     let (colour, colour_distance) = nearest_colour(mean);
@@ -285,14 +285,15 @@ fn check(mesh: &Mesh) -> Result<(), EvalError> {
 mod tests {
     use super::*;
     use crate::autodiff::rng::Rng;
-    use crate::mesh::{marching_cubes, sample_colours, sample_grid, Bounds, McMode, DEFAULT_CHUNK};
+    use crate::mesh::field::DEFAULT_CHUNK;
+    use crate::mesh::{marching_cubes, sample_colours, sample_grid, Bounds, McOptions};
     use crate::toy::world::{combinations, WorldObject};
     use candle_core::Device;
 
     /// Marching cubes of `obj` at `n`³ over [−1, 1]³, coloured from the field.
     fn mesh_of(obj: &WorldObject, n: usize) -> Mesh {
         let grid = sample_grid(obj, &Device::Cpu, n, Bounds::SHAP_E, DEFAULT_CHUNK).unwrap();
-        let mut mesh = marching_cubes(&grid, 0.0, McMode::Exact).unwrap();
+        let mut mesh = marching_cubes(&grid, &McOptions::default()).unwrap();
         mesh.colours = sample_colours(obj, &Device::Cpu, &mesh.positions, DEFAULT_CHUNK).unwrap();
         mesh
     }

@@ -157,11 +157,12 @@ impl Codes {
 }
 
 /// The fitted decoder (as trainable variables), one latent per object, and the loss per step.
-pub struct DecoderFit {
+pub(crate) struct DecoderFit {
     /// The decoder's parameters by checkpoint key.
     pub(crate) varmap: VarMap,
-    /// The decoder built on those parameters.
-    pub decoder: Decoder,
+    /// The decoder built on those parameters (the tests query it).
+    #[cfg(test)]
+    pub(crate) decoder: Decoder,
     /// Latents `(objects, rows, d_latent)` in [−1, 1].
     pub(crate) latents: Var,
     /// Loss per step (the joint fit, then each refit's steps).
@@ -233,6 +234,7 @@ pub(crate) fn fit_decoder(
     }
     Ok(DecoderFit {
         varmap,
+        #[cfg(test)]
         decoder,
         latents,
         losses,

@@ -6,35 +6,38 @@
 //! * [`caption`]: "a red cube" and paraphrases, [`parse_caption`];
 //! * [`tokenizer`]: [`toy_tokenizer_json`], a CLIP-style BPE `tokenizer.json` covering every caption word;
 //! * [`eval`]: [`classify`] a mesh by volumetric IoU against each shape and by mean colour;
-//! * [`report`]: [`EvalTable`], per-run verdicts with their attribution, per mode and split;
+//! * [`report`]: [`EvalTable`](report::EvalTable), per-run verdicts with their attribution, per mode and split;
 //! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding;
 //! * [`render`]: decoder-like volume renders of analytic objects;
 //! * [`train_clip`], [`train_prior`]: contrastive CLIP and diffusion prior training;
 //! * [`random`]: random-weight model folders in the loaders' layout (tests, benches, training);
 //! * [`accuracy`]: `clipsculpt eval`, accuracy per guidance mode over prompts and seeds;
-//! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`.
+//! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`;
+//! * [`probe`]: the research probes behind `cargo bench --bench diagnose` / `guide_probe`.
+//!
+//! Public, for the integration tests and the benches: the world's objects ([`Shape`],
+//! [`Colour`], [`WorldObject`]), random-weight models ([`random`]) and the probes ([`probe`]);
+//! the evaluator, captions, renders, training and the `eval` report are crate-internal.
 
 pub(crate) mod accuracy;
-pub mod caption;
+pub(crate) mod caption;
 pub(crate) mod eval;
-pub mod fit_decoder;
+pub(crate) mod fit_decoder;
+pub mod probe;
 pub mod random;
-pub mod render;
+pub(crate) mod render;
 pub(crate) mod report;
-pub mod split;
+pub(crate) mod split;
 pub(crate) mod tokenizer;
 pub(crate) mod train;
 pub(crate) mod train_clip;
 pub(crate) mod train_prior;
 mod voxel;
-pub mod world;
+pub(crate) mod world;
 
-pub use accuracy::{evaluate, EvalMode, EvalPlan};
-pub use caption::{caption, captions, parse_caption};
-pub use eval::{classify, classify_with, Classification, EvalError, EvalOptions, ShapeScore};
-pub use report::{
-    wilson, Attribution, EvalRecord, EvalTable, ModeSummary, Share, SplitSummary, UnknownPrompt,
-    Verdict,
-};
+pub(crate) use accuracy::{evaluate, EvalMode, EvalPlan};
+pub(crate) use caption::{caption, parse_caption};
+pub(crate) use eval::classify;
 pub(crate) use tokenizer::toy_tokenizer_json;
-pub use world::{is_held_out, Colour, Shape, Variation, WorldObject, HELD_OUT, SHAPE_ALIASES};
+pub(crate) use world::{is_held_out, HELD_OUT};
+pub use world::{Colour, Shape, WorldObject};

@@ -43,7 +43,7 @@ fn init(name: &str, dims: &[usize], rng: &mut Rng, dev: &Device) -> Result<Tenso
 
 /// Every parameter `build` asks for, with random values from `seed` (names sorted, so the draws
 /// do not depend on hash order).
-pub fn random_tensors<T>(
+pub(crate) fn random_tensors<T>(
     seed: u64,
     dev: &Device,
     build: impl FnOnce(VarBuilder) -> Result<T>,
@@ -65,7 +65,7 @@ pub fn random_tensors<T>(
 
 /// A [`VarMap`] holding every parameter `build` asks for as a trainable [`Var`], initialised as
 /// [`random_tensors`] does; build the model on it with `VarBuilder::from_varmap`.
-pub fn random_varmap<T>(
+pub(crate) fn random_varmap<T>(
     seed: u64,
     dev: &Device,
     build: impl FnOnce(VarBuilder) -> Result<T>,
@@ -85,7 +85,7 @@ pub fn random_varmap<T>(
 }
 
 /// The current values of a [`VarMap`]'s variables by name (contiguous f32 on the CPU, no graph).
-pub fn varmap_tensors(varmap: &VarMap) -> Result<HashMap<String, Tensor>> {
+pub(crate) fn varmap_tensors(varmap: &VarMap) -> Result<HashMap<String, Tensor>> {
     let data = varmap
         .data()
         .lock()
@@ -104,7 +104,7 @@ pub fn varmap_tensors(varmap: &VarMap) -> Result<HashMap<String, Tensor>> {
 }
 
 /// Saves `tensors` to `path` as safetensors, atomically (temp file + rename).
-pub fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+pub(crate) fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
     let mut named: Vec<(&String, &Tensor)> = tensors.iter().collect();
     named.sort_by(|a, b| a.0.cmp(b.0));
     let bytes = safetensors::serialize(named, None).map_err(candle_core::Error::from)?;
@@ -134,7 +134,7 @@ pub fn random_frozen_in<T>(
 
 /// Creates every parameter of a model through `build` with random values from `seed`, and saves
 /// them to `path` as safetensors.
-pub fn save_random<T>(
+pub(crate) fn save_random<T>(
     path: &Path,
     seed: u64,
     build: impl FnOnce(VarBuilder) -> Result<T>,
@@ -311,7 +311,7 @@ mod tests {
     fn random_clip_loads_and_scores() -> Result<()> {
         let dir = tempfile::tempdir().map_err(io)?;
         write_random_clip(dir.path(), &toy_clip_config(32, 2, 32, 8), 1).unwrap();
-        let scorer = ClipScorer::load(dir.path(), &Device::Cpu).unwrap();
+        let scorer = ClipScorer::load(dir.path(), DType::F32, &Device::Cpu).unwrap();
         let t = scorer.embed_texts(&["a red cube", "a blue torus"]).unwrap();
         let img = Rng::new(2).uniform_tensor(&[1, 3, 32, 32], &Device::Cpu)?;
         let i = scorer.embed_images(&img, &Policy::BLOCKS)?;

@@ -14,24 +14,24 @@ use crate::render::Camera;
 
 /// Sharpness `k` and interior density `D` of the rendered density `D·σ(k·sdf)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct DensityModel {
+pub(crate) struct DensityModel {
     /// Sharpness `k`.
-    pub sharpness: f32,
+    pub(crate) sharpness: f32,
     /// Interior density `D`.
-    pub density: f32,
+    pub(crate) density: f32,
 }
 
 /// One rendered view: premultiplied sRGB over black `(3, H, W)` and opacity `(1, H, W)`.
 #[derive(Debug, Clone)]
-pub struct View {
+pub(crate) struct View {
     /// Premultiplied colour.
-    pub rgb: Tensor,
+    pub(crate) rgb: Tensor,
     /// Opacity `1 − T`.
-    pub alpha: Tensor,
+    pub(crate) alpha: Tensor,
 }
 
 /// Renders `object` through `camera` with `samples` stratified samples per ray (jitter from `rng`).
-pub fn render_object(
+pub(crate) fn render_object(
     object: &WorldObject,
     camera: &Camera,
     samples: usize,
@@ -83,7 +83,7 @@ pub fn render_object(
 }
 
 /// A random orbit camera like guidance uses: azimuth uniform, elevation 10°–50°, radius 4, FOV 0.7.
-pub fn random_camera(size: usize, rng: &mut Rng) -> Camera {
+pub(crate) fn random_camera(size: usize, rng: &mut Rng) -> Camera {
     let az = rng.range(0.0, std::f32::consts::TAU);
     let el = rng.range(10f32.to_radians(), 50f32.to_radians());
     Camera::orbit(az, el, 4.0, 0.7, size, size)

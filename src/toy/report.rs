@@ -14,25 +14,25 @@ use super::world::{Colour, Shape};
 
 /// The evaluator's verdict on one latent's mesh.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// The evaluator's shape, `None` when the mesh could not be judged.
-    pub shape: Option<Shape>,
+    pub(crate) shape: Option<Shape>,
     /// The evaluator's colour, `None` when the mesh could not be judged.
-    pub colour: Option<Colour>,
+    pub(crate) colour: Option<Colour>,
     /// IoU of the predicted shape.
-    pub shape_iou: Option<f32>,
+    pub(crate) shape_iou: Option<f32>,
     /// Connected components of the mesh, when there is one.
-    pub components: Option<usize>,
+    pub(crate) components: Option<usize>,
     /// Euler characteristic of the mesh, when there is one.
-    pub euler: Option<i64>,
+    pub(crate) euler: Option<i64>,
     /// Why the mesh could not be judged (an empty surface counts as wrong).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 impl Verdict {
     /// The verdict of a classification, or of the reason there is none.
-    pub fn of(outcome: Result<&Classification, &EvalError>) -> Self {
+    pub(crate) fn of(outcome: Result<&Classification, &EvalError>) -> Self {
         match outcome {
             Ok(c) => Self {
                 shape: Some(c.shape),
@@ -54,59 +54,59 @@ impl Verdict {
     }
 
     /// Whether both shape and colour are the expected ones.
-    pub fn right(&self, shape: Shape, colour: Colour) -> bool {
+    pub(crate) fn right(&self, shape: Shape, colour: Colour) -> bool {
         self.shape == Some(shape) && self.colour == Some(colour)
     }
 }
 
 /// Where a guided stage started and what it made of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Attribution {
+pub(crate) struct Attribution {
     /// The start: `prior sample`, `unguided sample` (guided sampling's twin from the same
     /// noise), `bank N` or `completion N` (exploration).
-    pub start: String,
+    pub(crate) start: String,
     /// The verdict on the start's mesh.
-    pub start_verdict: Verdict,
+    pub(crate) start_verdict: Verdict,
     /// Held-aside score of the start and of the export, when the stage scored them.
-    pub scores: Option<[f32; 2]>,
+    pub(crate) scores: Option<[f32; 2]>,
     /// Optimization steps of the exported latent (0: the start was kept), for latent stages.
-    pub export_step: Option<usize>,
+    pub(crate) export_step: Option<usize>,
     /// Whether the exported latent differs from the start.
-    pub moved: bool,
+    pub(crate) moved: bool,
 }
 
 /// One evaluated run: a prompt, a seed and a mode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EvalRecord {
+pub(crate) struct EvalRecord {
     /// The prompt as given.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// The mode (`prior`, `latent`, `explore`, `sampling`, `both`).
-    pub mode: String,
+    pub(crate) mode: String,
     /// The seed.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// The shape the prompt names.
-    pub expected_shape: Shape,
+    pub(crate) expected_shape: Shape,
     /// The colour the prompt names.
-    pub expected_colour: Colour,
+    pub(crate) expected_colour: Colour,
     /// Whether the combination is held out of the prior's training set.
-    pub held_out: bool,
+    pub(crate) held_out: bool,
     /// The verdict on the exported latent.
-    pub export: Verdict,
+    pub(crate) export: Verdict,
     /// The guided stage's start and what it did, for guided modes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attribution: Option<Attribution>,
+    pub(crate) attribution: Option<Attribution>,
     /// Seconds this run took (the prior's sample included).
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 impl EvalRecord {
     /// Whether the export's shape and colour are both right.
-    pub fn right(&self) -> bool {
+    pub(crate) fn right(&self) -> bool {
         self.export.right(self.expected_shape, self.expected_colour)
     }
 
     /// Whether the start's verdict was right, for guided modes.
-    pub fn start_right(&self) -> Option<bool> {
+    pub(crate) fn start_right(&self) -> Option<bool> {
         self.attribution.as_ref().map(|a| {
             a.start_verdict
                 .right(self.expected_shape, self.expected_colour)
@@ -120,22 +120,22 @@ impl EvalRecord {
     "prompt {0:?} does not name exactly one toy shape and one colour; use captions like \"a red cube\" \
      (see prompts/toy-eval.txt)"
 )]
-pub struct UnknownPrompt(pub String);
+pub(crate) struct UnknownPrompt(pub String);
 
 /// A proportion over distinct objects with its 95 % Wilson interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Share {
+pub(crate) struct Share {
     /// Objects counted right.
-    pub right: usize,
+    pub(crate) right: usize,
     /// Objects.
-    pub of: usize,
+    pub(crate) of: usize,
     /// Lower and upper bounds of the 95 % Wilson score interval.
-    pub interval: [f64; 2],
+    pub(crate) interval: [f64; 2],
 }
 
 impl Share {
     /// `right` of `of`, with its interval.
-    pub fn new(right: usize, of: usize) -> Self {
+    pub(crate) fn new(right: usize, of: usize) -> Self {
         Self {
             right,
             of,
@@ -153,7 +153,7 @@ impl Share {
 }
 
 /// The 95 % Wilson score interval of `k` successes in `n` trials.
-pub fn wilson(k: usize, n: usize) -> [f64; 2] {
+pub(crate) fn wilson(k: usize, n: usize) -> [f64; 2] {
     if n == 0 {
         return [0.0, 1.0];
     }
@@ -165,67 +165,67 @@ pub fn wilson(k: usize, n: usize) -> [f64; 2] {
 
 /// One mode's results on one split.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct SplitSummary {
+pub(crate) struct SplitSummary {
     /// Runs.
-    pub runs: usize,
+    pub(crate) runs: usize,
     /// Runs with shape and colour both right.
-    pub runs_right: usize,
+    pub(crate) runs_right: usize,
     /// Objects (combinations) right on most of their seeds.
-    pub objects: Share,
+    pub(crate) objects: Share,
     /// Mean IoU of the predicted shape over judged meshes.
-    pub mean_iou: Option<f64>,
+    pub(crate) mean_iou: Option<f64>,
     /// Share of judged meshes in one connected piece.
-    pub one_piece: Option<f64>,
+    pub(crate) one_piece: Option<f64>,
     /// Runs whose mesh could not be judged.
-    pub failed: usize,
+    pub(crate) failed: usize,
     /// Guided runs whose start was wrong and whose export is right.
-    pub wrong_to_right: usize,
+    pub(crate) wrong_to_right: usize,
     /// Guided runs whose start was right and whose export is wrong.
-    pub right_to_wrong: usize,
+    pub(crate) right_to_wrong: usize,
     /// Guided runs whose exported latent differs from the start.
-    pub moved: usize,
+    pub(crate) moved: usize,
     /// Guided runs (with an attribution).
-    pub guided: usize,
+    pub(crate) guided: usize,
     /// Mean held-aside score gain of the export over the start, where both were scored.
-    pub mean_gain: Option<f64>,
+    pub(crate) mean_gain: Option<f64>,
     /// Mean seconds per run.
-    pub seconds_per_run: Option<f64>,
+    pub(crate) seconds_per_run: Option<f64>,
 }
 
 /// Per-run records of every mode and their aggregates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct EvalTable {
+pub(crate) struct EvalTable {
     /// The records, in the order pushed.
-    pub records: Vec<EvalRecord>,
+    pub(crate) records: Vec<EvalRecord>,
 }
 
 /// A mode's summary on the seen and the held-out split.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ModeSummary {
+pub(crate) struct ModeSummary {
     /// Combinations the prior trained on.
-    pub seen: SplitSummary,
+    pub(crate) seen: SplitSummary,
     /// Held-out combinations.
-    pub held_out: SplitSummary,
+    pub(crate) held_out: SplitSummary,
 }
 
 impl EvalTable {
     /// An empty table.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The expected shape and colour of `prompt`.
-    pub fn expected(prompt: &str) -> Result<(Shape, Colour), UnknownPrompt> {
+    pub(crate) fn expected(prompt: &str) -> Result<(Shape, Colour), UnknownPrompt> {
         parse_caption(prompt).ok_or_else(|| UnknownPrompt(prompt.to_string()))
     }
 
     /// Adds a record.
-    pub fn push(&mut self, record: EvalRecord) {
+    pub(crate) fn push(&mut self, record: EvalRecord) {
         self.records.push(record);
     }
 
     /// The modes, in the order first seen.
-    pub fn modes(&self) -> Vec<String> {
+    pub(crate) fn modes(&self) -> Vec<String> {
         let mut modes: Vec<String> = Vec::new();
         for r in &self.records {
             if !modes.contains(&r.mode) {
@@ -236,7 +236,7 @@ impl EvalTable {
     }
 
     /// Every mode's summary, by mode.
-    pub fn summary(&self) -> BTreeMap<String, ModeSummary> {
+    pub(crate) fn summary(&self) -> BTreeMap<String, ModeSummary> {
         self.modes()
             .into_iter()
             .map(|m| {
@@ -258,7 +258,7 @@ impl EvalTable {
     }
 
     /// One markdown table: a row per mode, both splits, attribution columns.
-    pub fn to_markdown(&self) -> String {
+    pub(crate) fn to_markdown(&self) -> String {
         let summary = self.summary();
         let mut out = String::from(
             "| mode | held-out both right (objects, 95 % CI) | seen both right (objects, 95 % CI) | held-out runs right | seen runs right | mean IoU held-out / seen | one piece | wrong → right | right → wrong | export ≠ start | gain over start | s/run |\n\
@@ -309,7 +309,7 @@ impl EvalTable {
     }
 
     /// The summary and every record as pretty JSON.
-    pub fn to_json(&self) -> serde_json::Result<String> {
+    pub(crate) fn to_json(&self) -> serde_json::Result<String> {
         #[derive(Serialize)]
         struct Json<'a> {
             summary: BTreeMap<String, ModeSummary>,

@@ -7,11 +7,11 @@ use super::world::{Colour, Shape, HELD_OUT};
 
 /// The file beside a toy prior (`shap_e/held_out.txt`) that lists the combinations its training
 /// set left out, one canonical caption per line; without it, [`HELD_OUT`].
-pub const HELD_OUT_FILE: &str = "held_out.txt";
+pub(crate) const HELD_OUT_FILE: &str = "held_out.txt";
 
 /// The held-out split of the toy pipeline in `shap_e_dir`: its [`HELD_OUT_FILE`], else
 /// [`HELD_OUT`]. A line that names no combination is an error naming it.
-pub fn held_out_split(shap_e_dir: &std::path::Path) -> Result<Vec<(Shape, Colour)>, String> {
+pub(crate) fn held_out_split(shap_e_dir: &std::path::Path) -> Result<Vec<(Shape, Colour)>, String> {
     let path = shap_e_dir.join(HELD_OUT_FILE);
     if !path.is_file() {
         return Ok(HELD_OUT.to_vec());
@@ -22,7 +22,7 @@ pub fn held_out_split(shap_e_dir: &std::path::Path) -> Result<Vec<(Shape, Colour
 }
 
 /// Combinations from captions, one per line or comma-separated (`#` comments skipped).
-pub fn parse_split(text: &str) -> Result<Vec<(Shape, Colour)>, String> {
+pub(crate) fn parse_split(text: &str) -> Result<Vec<(Shape, Colour)>, String> {
     text.lines()
         .filter(|l| !l.trim_start().starts_with('#'))
         .flat_map(|l| l.split(','))

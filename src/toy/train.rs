@@ -62,14 +62,14 @@ pub(crate) fn toy_clip_json(s: &ClipTrainSettings) -> serde_json::Value {
 }
 
 /// The training log (not checksummed: it holds timings).
-pub const LOG_FILE: &str = "train_log.json";
+pub(crate) const LOG_FILE: &str = "train_log.json";
 /// The fitted latents `(combos, rows, d_latent)`, in the order of the settings' `combos`.
 pub(crate) const LATENTS_FILE: &str = "latents.safetensors";
 
 /// The caption of every combination, one per line, beside the scoring CLIP's weights: for
 /// experiments only (`--negatives clip/caption-grid.txt`); guidance does not read it by default,
 /// because it lists the evaluation's own captions.
-pub const CAPTION_GRID_FILE: &str = "caption-grid.txt";
+pub(crate) const CAPTION_GRID_FILE: &str = "caption-grid.txt";
 
 /// Everything `train-toy` does, from one seed.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -110,14 +110,14 @@ pub(crate) fn voxelise(mesh: &Mesh, lo: [f32; 3], hi: [f32; 3], n: usize) -> Vox
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::{marching_cubes, shapes, Bounds, Grid, McMode};
+    use crate::mesh::{marching_cubes, shapes, Bounds, Grid, McOptions};
 
     #[test]
     fn sphere_volume_and_centroid_match() {
         // Sphere r = 0.6 at (0.1, 0, −0.2) from a 48³ field: 4/3·π·0.216 = 0.9048; centroid = centre.
         let centre = [0.1, 0.0, -0.2];
         let grid = Grid::from_fn(48, Bounds::SHAP_E, |p| shapes::sphere(p, centre, 0.6)).unwrap();
-        let mesh = marching_cubes(&grid, 0.0, McMode::Exact).unwrap();
+        let mesh = marching_cubes(&grid, &McOptions::default()).unwrap();
         let v = voxelise(&mesh, [-1.0; 3], [1.0; 3], 40);
         let cells = v.inside_centres();
         let volume = cells.len() as f32 * v.cell_volume();

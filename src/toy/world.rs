@@ -49,7 +49,7 @@ pub enum Colour {
 
 /// Shape × colour combinations kept out of the toy prior's training set (CLIP still sees them). Each shape and
 /// each colour appears exactly once, so every one of them is trained with its five other partners.
-pub const HELD_OUT: [(Shape, Colour); 6] = [
+pub(crate) const HELD_OUT: [(Shape, Colour); 6] = [
     (Shape::Sphere, Colour::Green),
     (Shape::Cube, Colour::Blue),
     (Shape::Cylinder, Colour::Yellow),
@@ -66,7 +66,7 @@ pub(crate) const BRIGHTNESS_RANGE: (f32, f32) = (0.8, 1.0);
 pub(crate) const CHANNEL_JITTER: f32 = 0.06;
 
 /// Everyday words the evaluator reads as a toy shape's name (the toy CLIP never saw them).
-pub const SHAPE_ALIASES: [(&str, &str); 6] = [
+pub(crate) const SHAPE_ALIASES: [(&str, &str); 6] = [
     ("ball", "sphere"),
     ("box", "cube"),
     ("tube", "cylinder"),
@@ -77,7 +77,7 @@ pub const SHAPE_ALIASES: [(&str, &str); 6] = [
 
 impl Shape {
     /// Every shape, in declaration order.
-    pub const ALL: [Shape; 6] = [
+    pub(crate) const ALL: [Shape; 6] = [
         Shape::Sphere,
         Shape::Cube,
         Shape::Cylinder,
@@ -152,7 +152,7 @@ impl Shape {
 
 impl Colour {
     /// Every colour, in declaration order.
-    pub const ALL: [Colour; 6] = [
+    pub(crate) const ALL: [Colour; 6] = [
         Colour::Red,
         Colour::Green,
         Colour::Blue,
@@ -193,12 +193,12 @@ impl Colour {
 }
 
 /// Whether the embedded toy prior's training set leaves this combination out ([`HELD_OUT`]).
-pub fn is_held_out(shape: Shape, colour: Colour) -> bool {
+pub(crate) fn is_held_out(shape: Shape, colour: Colour) -> bool {
     HELD_OUT.contains(&(shape, colour))
 }
 
 /// Every shape × colour combination, shape-major.
-pub fn combinations() -> Vec<(Shape, Colour)> {
+pub(crate) fn combinations() -> Vec<(Shape, Colour)> {
     Shape::ALL
         .into_iter()
         .flat_map(|s| Colour::ALL.into_iter().map(move |c| (s, c)))
@@ -206,7 +206,8 @@ pub fn combinations() -> Vec<(Shape, Colour)> {
 }
 
 /// The combinations the toy prior trains on (all but [`HELD_OUT`]).
-pub fn training_combinations() -> Vec<(Shape, Colour)> {
+#[cfg(test)]
+pub(crate) fn training_combinations() -> Vec<(Shape, Colour)> {
     combinations()
         .into_iter()
         .filter(|&(s, c)| !is_held_out(s, c))
@@ -215,7 +216,7 @@ pub fn training_combinations() -> Vec<(Shape, Colour)> {
 
 /// The random variation of one object.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Variation {
+pub(crate) struct Variation {
     /// Uniform size factor on the canonical shape ([`SCALE_RANGE`]).
     pub(crate) scale: f32,
     /// Rotation about +Z in radians, counter-clockwise seen from above.
@@ -251,7 +252,7 @@ impl WorldObject {
     }
 
     /// An object with size, yaw and shade drawn from `rng` (five draws, always in the same order).
-    pub fn random(shape: Shape, colour: Colour, rng: &mut Rng) -> Self {
+    pub(crate) fn random(shape: Shape, colour: Colour, rng: &mut Rng) -> Self {
         let scale = rng.range(SCALE_RANGE.0, SCALE_RANGE.1);
         let yaw = rng.range(0.0, std::f32::consts::TAU);
         let brightness = rng.range(BRIGHTNESS_RANGE.0, BRIGHTNESS_RANGE.1);
@@ -276,7 +277,7 @@ impl WorldObject {
     }
 
     /// Linear RGB at `p` (uniform over the object).
-    pub fn colour(&self, _p: [f32; 3]) -> [f32; 3] {
+    pub(crate) fn colour(&self, _p: [f32; 3]) -> [f32; 3] {
         self.params.rgb
     }
 }

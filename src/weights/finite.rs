@@ -9,16 +9,16 @@ const BLOCK: usize = 1 << 20;
 
 /// The non-finite values of one tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NonFinite {
+pub(crate) struct NonFinite {
     /// How many values are NaN or infinite.
-    pub count: usize,
+    pub(crate) count: usize,
     /// Element index of the first.
-    pub first: usize,
+    pub(crate) first: usize,
 }
 
 /// Scans `bytes`, little-endian values of the safetensors dtype `dtype` (`F16`, `BF16`, `F32`,
 /// `F64`; other dtypes are not scanned). `None` when every value is finite.
-pub fn scan(dtype: &str, bytes: &[u8]) -> Option<NonFinite> {
+pub(crate) fn scan(dtype: &str, bytes: &[u8]) -> Option<NonFinite> {
     match dtype {
         "F16" => scan_words::<2>(bytes, 0x7c00),
         "BF16" => scan_words::<2>(bytes, 0x7f80),

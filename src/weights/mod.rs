@@ -5,8 +5,8 @@
 
 mod backend;
 mod error;
-pub mod files;
-pub mod finite;
+pub(crate) mod files;
+pub(crate) mod finite;
 mod problem;
 mod weight_file;
 

@@ -168,7 +168,7 @@ impl WeightFile {
     /// Refuses NaN or infinite values in any float tensor, naming the first such tensor (in
     /// name order). Safetensors files are scanned in their mapped bytes; in-memory tensors after
     /// conversion to f32.
-    pub fn check_finite(&self) -> Result<(), LoadError> {
+    pub(crate) fn check_finite(&self) -> Result<(), LoadError> {
         let mut names: Vec<&String> = self.float_keys().collect();
         names.sort();
         let found = names.par_iter().find_map_first(|name| {

@@ -1,22 +1,6 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code)]
 
 use std::path::Path;
-
-use candle_core::{DType, Tensor};
-
-/// Largest absolute difference of two tensors of the same shape (compared in f32).
-pub fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims(), "shapes differ");
-    (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap())
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
 
 /// Copies the folder `from` into `to`, recursively.
 pub fn copy_dir(from: &Path, to: &Path) {

@@ -67,7 +67,7 @@ fn scratch(costs: &[BlockCost]) -> usize {
 
 /// The plan with the fewest recomputed blocks whose [`predicted_peak`] is within `budget`
 /// (ties: the lower peak).
-pub fn plan_for_budget(costs: &[BlockCost], budget: usize) -> Result<Plan, PlanError> {
+pub(crate) fn plan_for_budget(costs: &[BlockCost], budget: usize) -> Result<Plan, PlanError> {
     let n = costs.len();
     let a: Vec<usize> = costs.iter().map(|c| c.graph_bytes).collect();
     let prefix: Vec<usize> = std::iter::once(0)

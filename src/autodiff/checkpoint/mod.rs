@@ -13,17 +13,17 @@
 
 pub(crate) mod budget;
 pub(crate) mod chain;
-pub mod plan;
+pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod residual_mlp;
 pub(crate) mod segment;
 
-pub use budget::{plan_for_budget, predicted_peak, BlockCost};
+pub use budget::{predicted_peak, BlockCost};
 pub use chain::{measure_costs, run_chain, Block};
 pub use plan::{Plan, PlanError, Segment};
 pub use policy::Policy;
 pub use residual_mlp::ResidualMlp;
-pub use segment::{checkpoint, chunk_ranges, chunked, SegmentFn};
+pub(crate) use segment::chunked;
 
 #[cfg(test)]
 mod tests;

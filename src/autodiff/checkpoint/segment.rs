@@ -19,12 +19,12 @@ use crate::autodiff::vjp::{attach, backward_with_grad, Vjp};
 
 /// A segment: `(batched slices, shared inputs) -> output` whose first dimension has one row per
 /// batched row. For an unchunked segment `batched` is empty.
-pub type SegmentFn = dyn Fn(&[Tensor], &[Tensor]) -> Result<Tensor> + Send + Sync;
+pub(crate) type SegmentFn = dyn Fn(&[Tensor], &[Tensor]) -> Result<Tensor> + Send + Sync;
 
 /// Runs `f(inputs)` as a checkpointed segment: only `inputs` are kept; backward recomputes.
 ///
 /// Inputs that track a gradient receive one; the others (masks, random draws) are passed through.
-pub fn checkpoint<F>(inputs: &[Tensor], f: F) -> Result<Tensor>
+pub(crate) fn checkpoint<F>(inputs: &[Tensor], f: F) -> Result<Tensor>
 where
     F: Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
 {
@@ -39,7 +39,7 @@ where
 /// Runs `f` over row chunks of `batched` (split along dim 0 into pieces of `chunk` rows) with the
 /// same `shared` inputs, concatenating the outputs along dim 0; backward recomputes one chunk at a
 /// time. Gradients flow to every tracked batched and shared input.
-pub fn chunked(
+pub(crate) fn chunked(
     batched: &[Tensor],
     shared: &[Tensor],
     chunk: usize,
@@ -168,7 +168,7 @@ fn narrow_detached(ts: &[Tensor], start: usize, len: usize) -> Result<Vec<Tensor
 }
 
 /// `(start, len)` pieces of `rows` of at most `chunk` rows each.
-pub fn chunk_ranges(rows: usize, chunk: usize) -> Vec<(usize, usize)> {
+pub(crate) fn chunk_ranges(rows: usize, chunk: usize) -> Vec<(usize, usize)> {
     (0..rows.div_ceil(chunk))
         .map(|i| (i * chunk, chunk.min(rows - i * chunk)))
         .collect()

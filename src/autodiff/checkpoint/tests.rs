@@ -3,6 +3,7 @@
 
 use candle_core::{Device, Result, Tensor, Var};
 
+use super::segment::checkpoint;
 use super::*;
 use crate::autodiff::ops::testing::randn;
 use crate::autodiff::rng::Rng;

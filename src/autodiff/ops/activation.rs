@@ -16,7 +16,7 @@ use crate::autodiff::vjp::attach;
 /// `time_embed_act_fn`): the one activation type of the crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Activation {
+pub(crate) enum Activation {
     /// Exact GELU, `x·Φ(x)` with the error function (PyTorch `gelu`, transformers'
     /// `GELUActivation`, diffusers `"gelu"`), not the tanh form.
     #[serde(rename = "gelu", alias = "gelu_erf")]
@@ -39,7 +39,7 @@ pub enum Activation {
 
 impl Activation {
     /// Applies the activation; differentiable with respect to `x`.
-    pub fn forward(self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(self, x: &Tensor) -> Result<Tensor> {
         let xd = x.detach();
         let y = match self {
             Activation::GeluErf => xd.gelu_erf()?,

@@ -10,7 +10,7 @@ mod linear;
 mod resize;
 mod softmax;
 
-pub use activation::Activation;
+pub(crate) use activation::Activation;
 pub(crate) use attention::attention;
 pub(crate) use layer_norm::layer_norm;
 pub(crate) use linear::{batched_linear, linear};

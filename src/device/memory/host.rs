@@ -61,12 +61,12 @@ pub fn current() -> usize {
 }
 
 /// Highest live heap bytes since the last [`reset_peak`].
-pub fn peak() -> usize {
+pub(crate) fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
 }
 
 /// Sets the peak to the current live bytes and returns them (the baseline of a phase).
-pub fn reset_peak() -> usize {
+pub(crate) fn reset_peak() -> usize {
     let now = current();
     PEAK.store(now, Ordering::Relaxed);
     now

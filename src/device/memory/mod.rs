@@ -130,36 +130,36 @@ pub(crate) fn trim(device: &Device) -> Result<Trim> {
     Ok(Trim { before, after })
 }
 
-/// Peak bytes per stage, in the order the stages ran.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct StagePeaks(pub Vec<(String, u64)>);
-
-impl StagePeaks {
-    /// Runs `f` as stage `name`: resets the high-water mark, runs, records the peak.
-    pub fn measure<T, E>(
-        &mut self,
-        device: &Device,
-        name: &str,
-        f: impl FnOnce() -> std::result::Result<T, E>,
-    ) -> std::result::Result<T, E>
-    where
-        E: From<candle_core::Error>,
-    {
-        reset_peak(device)?;
-        let out = f()?;
-        self.0.push((name.to_string(), peak_bytes(device)?));
-        Ok(out)
-    }
-
-    /// The recorded peak of `name`, if that stage ran.
-    pub fn get(&self, name: &str) -> Option<u64> {
-        self.0.iter().find(|(n, _)| n == name).map(|(_, b)| *b)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Peak bytes per stage, in the order the stages ran.
+    #[derive(Debug, Default)]
+    struct StagePeaks(Vec<(String, u64)>);
+
+    impl StagePeaks {
+        /// Runs `f` as stage `name`: resets the high-water mark, runs, records the peak.
+        fn measure<T, E>(
+            &mut self,
+            device: &Device,
+            name: &str,
+            f: impl FnOnce() -> std::result::Result<T, E>,
+        ) -> std::result::Result<T, E>
+        where
+            E: From<candle_core::Error>,
+        {
+            reset_peak(device)?;
+            let out = f()?;
+            self.0.push((name.to_string(), peak_bytes(device)?));
+            Ok(out)
+        }
+
+        /// The recorded peak of `name`, if that stage ran.
+        fn get(&self, name: &str) -> Option<u64> {
+            self.0.iter().find(|(n, _)| n == name).map(|(_, b)| *b)
+        }
+    }
 
     /// The CPU meter is the heap counter: a stage that holds 32 MiB peaks at least that high, and
     /// the snapshot's used bytes are the live heap.

@@ -67,23 +67,11 @@ impl Default for McOptions {
     }
 }
 
-/// Extracts the `level` surface of `grid` on all threads. See [`marching_cubes_with`].
-pub fn marching_cubes(grid: &Grid, level: f32, mode: McMode) -> Result<Mesh, ExportError> {
-    marching_cubes_with(
-        grid,
-        &McOptions {
-            level,
-            mode,
-            parallel: true,
-        },
-    )
-}
-
 /// Extracts the surface where `grid` crosses `opts.level`, closed by the outside padding.
 ///
 /// Errors: [`ExportError::NonFiniteField`] when the grid holds NaN/inf, [`ExportError::EmptySurface`] when nothing
 /// is inside. Colours are [`DEFAULT_COLOUR`] until sampled.
-pub fn marching_cubes_with(grid: &Grid, opts: &McOptions) -> Result<Mesh, ExportError> {
+pub fn marching_cubes(grid: &Grid, opts: &McOptions) -> Result<Mesh, ExportError> {
     grid.check_finite()?;
     if !opts.level.is_finite() {
         return Err(ExportError::Invalid {

@@ -9,7 +9,7 @@ fn grid(n: usize, f: impl Fn([f32; 3]) -> f32 + Sync) -> Grid {
 }
 
 fn extract(g: &Grid, parallel: bool) -> Mesh {
-    marching_cubes_with(
+    marching_cubes(
         g,
         &McOptions {
             parallel,
@@ -101,7 +101,7 @@ fn two_disjoint_spheres_are_two_components() {
 #[test]
 fn empty_field_is_a_clear_error() {
     let g = grid(16, |_| -1.0);
-    let err = marching_cubes(&g, 0.0, McMode::Exact).unwrap_err();
+    let err = marching_cubes(&g, &McOptions::default()).unwrap_err();
     assert!(matches!(err, ExportError::EmptySurface { .. }));
     assert!(err.to_string().contains("choose a level"), "{err}");
 }
@@ -110,7 +110,7 @@ fn empty_field_is_a_clear_error() {
 fn full_field_closes_against_the_padding_as_a_box() {
     // Everything inside: the pad (level − 1) closes the surface half a spacing outside the box.
     let g = grid(9, |_| 1.0);
-    let m = marching_cubes(&g, 0.0, McMode::Exact).unwrap();
+    let m = marching_cubes(&g, &McOptions::default()).unwrap();
     let s = m.stats();
     assert!(s.is_clean_solid(), "{s:?}");
     assert_eq!(s.euler, 2);
@@ -122,7 +122,7 @@ fn full_field_closes_against_the_padding_as_a_box() {
 #[test]
 fn non_finite_values_are_rejected() {
     let g = grid(8, |p| if p[0] > 0.9 { f32::NAN } else { 1.0 });
-    let err = marching_cubes(&g, 0.0, McMode::Exact).unwrap_err();
+    let err = marching_cubes(&g, &McOptions::default()).unwrap_err();
     assert!(
         matches!(err, ExportError::NonFiniteField { count: 64, .. }),
         "{err}"
@@ -154,8 +154,15 @@ fn parity_mode_applies_the_shap_e_coordinate_quirk() {
     // Sphere sampled on 32³ over [−1, 1]; parity maps padded index v to v/33·2 − 1 instead of (v − 1)/31·2 − 1,
     // i.e. scales by 31/33 about the centre: the radius shrinks from 0.6 to 0.6·31/33.
     let g = grid(32, |p| shapes::sphere(p, [0.0; 3], 0.6));
-    let exact = marching_cubes(&g, 0.0, McMode::Exact).unwrap();
-    let parity = marching_cubes(&g, 0.0, McMode::ShapEParity).unwrap();
+    let exact = marching_cubes(&g, &McOptions::default()).unwrap();
+    let parity = marching_cubes(
+        &g,
+        &McOptions {
+            mode: McMode::ShapEParity,
+            ..McOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(exact.positions.len(), parity.positions.len());
     assert_eq!(exact.faces.len(), parity.faces.len());
     let mean_r = |m: &Mesh| {

@@ -15,7 +15,7 @@ fn silu() -> Activation {
 pub struct RendererConfig {
     /// The class that wrote the file; must be `ShapERenderer` when present.
     #[serde(rename = "_class_name", default)]
-    pub class_name: Option<String>,
+    pub(crate) class_name: Option<String>,
     /// MLP weights computed from the latent, `nerstf.mlp.{k}.weight`, in latent-row order.
     #[serde(default = "param_names")]
     pub param_names: Vec<String>,
@@ -30,19 +30,19 @@ pub struct RendererConfig {
     pub d_hidden: usize,
     /// MLP output channels (12: sdf, 2 densities, 3 RGB triples).
     #[serde(default = "d12")]
-    pub n_output: usize,
+    pub(crate) n_output: usize,
     /// Hidden layers (the MLP has `n_hidden_layers + 1` linears).
     #[serde(default = "d6")]
     pub n_hidden_layers: usize,
     /// Hidden activation (`"swish"` only).
     #[serde(default = "silu")]
-    pub act_fn: Activation,
+    pub(crate) act_fn: Activation,
     /// Layer whose input gets the (all-zero) direction features.
     #[serde(default = "d4opt")]
-    pub insert_direction_at: Option<usize>,
+    pub(crate) insert_direction_at: Option<usize>,
     /// Background colour in 0..255 (divided by 255 for rendering).
     #[serde(default = "white")]
-    pub background: [f32; 3],
+    pub(crate) background: [f32; 3],
 }
 
 fn d6() -> usize {
@@ -71,9 +71,9 @@ fn param_shapes() -> Vec<(usize, usize)> {
 }
 
 /// Width of the NeRF position encoding of a 3-vector with 15 octaves: `3 + 2·3·15`.
-pub const POSENC_DIM: usize = 93;
+pub(crate) const POSENC_DIM: usize = 93;
 /// Width of the (always zero) direction encoding with 8 octaves: `3 + 2·3·8`.
-pub const DIRENC_DIM: usize = 51;
+pub(crate) const DIRENC_DIM: usize = 51;
 
 impl RendererConfig {
     /// Latent rows consumed by the params projection (`Σ out`).

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// `beta_schedule` of a discrete diffusion scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-pub enum BetaSchedule {
+pub(crate) enum BetaSchedule {
     /// `"linear"`: betas linear from `beta_start` to `beta_end`.
     #[serde(rename = "linear")]
     Linear,
@@ -21,7 +21,7 @@ pub enum BetaSchedule {
 
 /// What the model predicts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-pub enum PredictionType {
+pub(crate) enum PredictionType {
     /// `"epsilon"`: the noise.
     #[serde(rename = "epsilon")]
     Epsilon,

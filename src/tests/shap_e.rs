@@ -2,21 +2,23 @@
 //! components of diffusers' own Shap-E tests plus a second latent width), the scheduler against
 //! the 64-step table of `docs/shap-e.md`, and d(render)/d(latent) against finite differences.
 
-mod common;
-use common::max_abs;
+use super::common::max_abs;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor, Var};
-use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::render::{self, pan_cameras, Camera, RayDraws, RenderSettings};
-use clipsculpt::shap_e::config::read_config;
-use clipsculpt::shap_e::{
-    initial_noise, load_prior, sample_latents_from, Decoder, HeunDiscreteScheduler, LoadError,
-    RendererConfig, SchedulerConfig,
+use crate::autodiff::checkpoint::Policy;
+use crate::autodiff::rng::Rng;
+use crate::render::camera::pan_cameras;
+use crate::render::{self, Camera, RayDraws, RenderSettings};
+use crate::shap_e::config::read_config;
+use crate::shap_e::decoder::load_prior;
+use crate::shap_e::sampler::sample_latents_from;
+use crate::shap_e::{
+    initial_noise, Decoder, HeunDiscreteScheduler, RendererConfig, SchedulerConfig,
 };
+use crate::weights::LoadError;
+use candle_core::{DType, Device, Tensor, Var};
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shap_e")
@@ -221,9 +223,9 @@ fn fused_field_query_matches_the_composed_ops() {
         candle_core::safetensors::load(root.join("assets/toy/latents.safetensors"), &dev)
             .expect("toy latents load");
     let tmp = tempfile::tempdir().unwrap();
-    clipsculpt::toy::random::write_random_shap_e(
+    crate::toy::random::write_random_shap_e(
         tmp.path(),
-        clipsculpt::toy::random::ShapESizes {
+        crate::toy::random::ShapESizes {
             d_hidden: 24,
             d_latent: 16,
             prior_layers: 1,
@@ -476,12 +478,12 @@ fn whole_checkpoint_folder_loads() {
     copy("prior_a", "prior");
     copy("renderer_a", "renderer");
     copy("scheduler", "scheduler");
-    let m = clipsculpt::shap_e::ShapE::load(root.path(), DType::F32, &Device::Cpu).unwrap();
+    let m = crate::shap_e::ShapE::load(root.path(), DType::F32, &Device::Cpu).unwrap();
     let text = Tensor::ones((1, 16), DType::F32, &Device::Cpu).unwrap();
     let z = m.sample(&text, 2, 15.0, &mut Rng::new(0)).unwrap();
     let p = root.path().join("latent.safetensors");
-    clipsculpt::shap_e::save_latent(&p, &z).unwrap();
-    let back = clipsculpt::shap_e::load_latent(&p, &Device::Cpu).unwrap();
+    crate::shap_e::save_latent(&p, &z).unwrap();
+    let back = crate::shap_e::load_latent(&p, &Device::Cpu).unwrap();
     let cam = Camera::orbit(0.0, 0.3, 4.0, 0.7, 4, 4);
     let img = m
         .decoder

@@ -4,13 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::autodiff::rng::Rng;
+use crate::guide::unscored;
+use crate::pipeline::{extract_mesh, read_negatives, Models};
+use crate::toy::caption;
+use crate::toy::caption::captions;
+use crate::toy::classify;
+use crate::toy::world::{combinations, training_combinations, Colour, Shape};
 use candle_core::{Device, Tensor};
-use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::guide::unscored;
-use clipsculpt::pipeline::{extract_mesh, read_negatives, Models};
-use clipsculpt::toy::classify;
-use clipsculpt::toy::world::{combinations, training_combinations, Colour, Shape};
-use clipsculpt::toy::{caption, captions};
 
 fn toy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/toy")
@@ -127,12 +128,12 @@ fn models_with_the_caption_grid() -> Models {
 /// consensus completions, which the grid makes possible, not from gradient steps.
 #[test]
 fn exploration_with_the_caption_grid_finds_held_out_shapes() {
-    use clipsculpt::guide::{GuideSettings, Target};
-    use clipsculpt::pipeline::RunSettings;
+    use crate::guide::{GuideSettings, Target};
+    use crate::pipeline::RunSettings;
     let m = models_with_the_caption_grid();
     let dev = Device::Cpu;
     let run = RunSettings::for_evaluation(GuideSettings {
-        explore: clipsculpt::guide::Explore::Analogies,
+        explore: crate::guide::Explore::Analogies,
         ..GuideSettings::default()
     });
     let verdict = |z: &Tensor| {
@@ -167,12 +168,12 @@ fn exploration_with_the_caption_grid_finds_held_out_shapes() {
 /// completions include the green sphere, guidance keeps the green cube.
 #[test]
 fn exploration_keeps_a_right_prior_sample() {
-    use clipsculpt::guide::{GuideSettings, Target};
-    use clipsculpt::pipeline::RunSettings;
+    use crate::guide::{GuideSettings, Target};
+    use crate::pipeline::RunSettings;
     let m = models_with_the_caption_grid();
     let dev = Device::Cpu;
     let run = RunSettings::for_evaluation(GuideSettings {
-        explore: clipsculpt::guide::Explore::Analogies,
+        explore: crate::guide::Explore::Analogies,
         ..GuideSettings::default()
     });
     let want = (Shape::Cube, Colour::Green);
@@ -198,8 +199,8 @@ fn exploration_keeps_a_right_prior_sample() {
 /// unguided sample from the same noise, and with strength 0 it is that sample, bit for bit.
 #[test]
 fn guided_sampling_raises_the_held_aside_score() {
-    use clipsculpt::guide::{score, GuideMode, GuideSettings, Target};
-    use clipsculpt::pipeline::{same_values, RunSettings};
+    use crate::guide::{score, GuideMode, GuideSettings, Target};
+    use crate::pipeline::{same_values, RunSettings};
     let m = models();
     let dev = Device::Cpu;
     let mut run = RunSettings::for_evaluation(GuideSettings::default());
@@ -231,7 +232,7 @@ fn guided_sampling_raises_the_held_aside_score() {
 /// A paraphrase of the prompt is not contrasted against it; another combination is.
 #[test]
 fn a_paraphrase_is_excluded_from_its_own_negatives() {
-    use clipsculpt::guide::Target;
+    use crate::guide::Target;
     let m = models();
     let negatives = vec![
         "a sphere that is green".to_string(),
@@ -246,7 +247,8 @@ fn a_paraphrase_is_excluded_from_its_own_negatives() {
 /// evaluator reads everyday aliases, and a prompt naming no toy object is skipped, not fatal.
 #[test]
 fn unknown_words_warn_instead_of_aborting() {
-    use clipsculpt::toy::{parse_caption, EvalTable};
+    use crate::toy::parse_caption;
+    use crate::toy::report::EvalTable;
     let m = models();
     assert_eq!(m.tokenizer.unknown_words("a red ball"), vec!["ball"]);
     assert!(m.tokenizer.unknown_words("a sphere that is red").is_empty());
@@ -266,9 +268,9 @@ fn unknown_words_warn_instead_of_aborting() {
 /// on the one it exported, and which start it was.
 #[test]
 fn eval_records_carry_start_and_export_verdicts() {
-    use clipsculpt::guide::GuideSettings;
-    use clipsculpt::pipeline::RunSettings;
-    use clipsculpt::toy::{evaluate, EvalMode, EvalPlan, HELD_OUT};
+    use crate::guide::GuideSettings;
+    use crate::pipeline::RunSettings;
+    use crate::toy::{evaluate, EvalMode, EvalPlan, HELD_OUT};
     let m = models();
     let mut run = RunSettings::for_evaluation(GuideSettings {
         steps: 2,

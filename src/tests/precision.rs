@@ -6,20 +6,18 @@
 //! f32 and rounds the product back) stay fast. Tolerances are stated per dtype next to each
 //! assertion; the measured figures are printed (`--nocapture`).
 
+use crate::autodiff::checkpoint::Policy;
+use crate::autodiff::rng::Rng;
+use crate::clip::ClipScorer;
+use crate::device::Precision;
+use crate::pipeline::Models;
+use crate::render::camera::pan_cameras;
+use crate::render::{render_views_with, RayDraws, RenderSettings};
+use crate::shap_e::{Decoder, ShapE};
+use crate::toy::random::{toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes};
 use candle_core::{DType, Device, Result, Tensor, Var};
-use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::clip::ClipScorer;
-use clipsculpt::device::Precision;
-use clipsculpt::pipeline::Models;
-use clipsculpt::render::{pan_cameras, render_views_with, RayDraws, RenderSettings};
-use clipsculpt::shap_e::{Decoder, ShapE};
-use clipsculpt::toy::random::{
-    toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes,
-};
 
-mod common;
-use common::max_abs;
+use super::common::max_abs;
 
 const SIZES: ShapESizes = ShapESizes {
     d_hidden: 16,
@@ -42,7 +40,7 @@ fn folders() -> tempfile::TempDir {
 fn load(dir: &std::path::Path, p: Precision) -> (Decoder, ClipScorer) {
     let dev = Device::Cpu;
     let shap_e = ShapE::load(&dir.join("shap_e"), p.dtype(), &dev).unwrap();
-    let scorer = ClipScorer::load_with_dtype(&dir.join("clip"), p.dtype(), &dev).unwrap();
+    let scorer = ClipScorer::load(&dir.join("clip"), p.dtype(), &dev).unwrap();
     (shap_e.decoder, scorer)
 }
 

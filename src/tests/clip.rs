@@ -1,19 +1,16 @@
 //! CLIP parity against transformers (fixtures from `tests/fixtures/clip/make_fixtures.py`), gradient
 //! checkpointing equivalence, and loader errors.
 
-mod common;
-use common::{copy_dir, max_abs};
+use super::common::{copy_dir, max_abs};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::autodiff::checkpoint::Policy;
+use crate::clip::load::load_clip;
+use crate::clip::{describe, load_text_with_projection, preprocess, ClipScorer, ClipTokenizer};
+use crate::weights::{LoadError, TensorProblem};
 use candle_core::{DType, Device, Result, Tensor, Var};
-use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::clip::{
-    describe, load_clip, load_text_with_projection, preprocess, ClipScorer, ClipTokenizer,
-    LoadError,
-};
-use clipsculpt::weights::TensorProblem;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clip")
@@ -125,7 +122,7 @@ fn tokenizer_pads_with_the_configs_pad_token_id_when_no_tokenizer_config() {
 
 #[test]
 fn text_tower_matches_reference() -> Result<()> {
-    let model = load_clip(&fixtures().join("tiny-clip"), &Device::Cpu).unwrap();
+    let model = load_clip(&fixtures().join("tiny-clip"), DType::F32, &Device::Cpu).unwrap();
     let io = io("tiny-clip.io.safetensors");
     let (out, embeds) = model.text().forward(&io["input_ids"])?;
     assert_close(
@@ -142,7 +139,7 @@ fn text_tower_matches_reference() -> Result<()> {
 
 #[test]
 fn vision_tower_and_preprocessing_match_reference() -> Result<()> {
-    let model = load_clip(&fixtures().join("tiny-clip"), &Device::Cpu).unwrap();
+    let model = load_clip(&fixtures().join("tiny-clip"), DType::F32, &Device::Cpu).unwrap();
     let io = io("tiny-clip.io.safetensors");
     let pixels = preprocess(&io["images"], 30)?;
     assert_close("preprocessed pixels", &pixels, &io["pixel_values"]);
@@ -161,7 +158,8 @@ fn vision_tower_and_preprocessing_match_reference() -> Result<()> {
 #[test]
 fn text_with_projection_matches_reference() -> Result<()> {
     let model =
-        load_text_with_projection(&fixtures().join("tiny-text-proj"), &Device::Cpu).unwrap();
+        load_text_with_projection(&fixtures().join("tiny-text-proj"), DType::F32, &Device::Cpu)
+            .unwrap();
     let io = io("tiny-text-proj.io.safetensors");
     let (out, embeds) = model.forward(&io["input_ids"])?;
     assert_close(
@@ -197,7 +195,7 @@ fn pixel_gradient(
 
 #[test]
 fn pixel_gradient_matches_reference() -> Result<()> {
-    let scorer = ClipScorer::load(&fixtures().join("tiny-clip"), &Device::Cpu).unwrap();
+    let scorer = ClipScorer::load(&fixtures().join("tiny-clip"), DType::F32, &Device::Cpu).unwrap();
     let io = io("tiny-clip.io.safetensors");
     let (cos, grad) = pixel_gradient(&scorer, &io["images"], &Policy::None)?;
     assert_close("cosine", &cos, &io["cosine"]);
@@ -211,7 +209,7 @@ fn pixel_gradient_matches_reference() -> Result<()> {
 /// gradient as keeping the whole graph.
 #[test]
 fn checkpointed_vision_backward_matches_plain() -> Result<()> {
-    let scorer = ClipScorer::load(&fixtures().join("tiny-clip"), &Device::Cpu).unwrap();
+    let scorer = ClipScorer::load(&fixtures().join("tiny-clip"), DType::F32, &Device::Cpu).unwrap();
     let images = io("tiny-clip.io.safetensors")["images"].clone();
     let (_, plain) = pixel_gradient(&scorer, &images, &Policy::None)?;
     for policy in [Policy::BLOCKS, Policy::Sqrt] {
@@ -234,7 +232,7 @@ fn truncated_weights_give_expected_and_actual_bytes() {
         .open(&weights)
         .unwrap();
     f.set_len(full - 1000).unwrap();
-    let err = load_clip(tmp.path(), &Device::Cpu).unwrap_err();
+    let err = load_clip(tmp.path(), DType::F32, &Device::Cpu).unwrap_err();
     match &err {
         LoadError::Truncated {
             expected, actual, ..
@@ -267,7 +265,7 @@ fn wrong_and_missing_tensors_are_all_reported() {
     );
     ts.remove("vision_model.post_layernorm.weight");
     candle_core::safetensors::save(&ts, &weights).unwrap();
-    let err = load_clip(tmp.path(), &Device::Cpu).unwrap_err();
+    let err = load_clip(tmp.path(), DType::F32, &Device::Cpu).unwrap_err();
     let LoadError::Tensors { problems, .. } = &err else {
         panic!("expected a tensor report, got {err}")
     };
@@ -305,7 +303,7 @@ fn directory_without_config_is_named() {
         tmp.path().join("model.safetensors"),
     )
     .unwrap();
-    let err = load_clip(tmp.path(), &Device::Cpu).unwrap_err();
+    let err = load_clip(tmp.path(), DType::F32, &Device::Cpu).unwrap_err();
     assert!(matches!(err, LoadError::MissingConfig { .. }), "{err}");
     let msg = err.to_string();
     assert!(
@@ -313,7 +311,7 @@ fn directory_without_config_is_named() {
         "{msg}"
     );
     // A text-only config is not a full CLIP.
-    let err = load_clip(&fixtures().join("tiny-text-proj"), &Device::Cpu).unwrap_err();
+    let err = load_clip(&fixtures().join("tiny-text-proj"), DType::F32, &Device::Cpu).unwrap_err();
     assert!(matches!(err, LoadError::WrongModel { .. }), "{err}");
 }
 

@@ -3,16 +3,17 @@
 
 use std::path::Path;
 
-use candle_core::Device;
-use clipsculpt::mesh::{
-    colour, marching_cubes, marching_cubes_with, sample_colours, shapes, write_all, Bounds,
-    FnField, Format, Grid, McMode, McOptions, Mesh,
+use crate::mesh::export::write_all;
+use crate::mesh::{
+    colour, marching_cubes, sample_colours, shapes, Bounds, FnField, Format, Grid, McMode,
+    McOptions, Mesh,
 };
+use candle_core::Device;
 
 /// A 48³ torus (χ = 0) coloured by position, so every vertex has a distinct colour.
 fn coloured_torus() -> Mesh {
     let grid = Grid::from_fn(48, Bounds::SHAP_E, |p| shapes::torus(p, 0.5, 0.2)).unwrap();
-    let mut mesh = marching_cubes(&grid, 0.0, McMode::Exact).unwrap();
+    let mut mesh = marching_cubes(&grid, &McOptions::default()).unwrap();
     let field = FnField(|p: [f32; 3]| {
         (
             0.0,
@@ -306,7 +307,7 @@ mod shap_e_parity {
     //! `tests/fixtures/mesh/shap_e_mc_32.safetensors` is diffusers' `MeshDecoder` output for a synthetic 32³ field
     //! (script next to it).
     use super::*;
-    use clipsculpt::mesh::tables;
+    use crate::mesh::tables;
 
     fn fixture() -> std::collections::HashMap<String, candle_core::Tensor> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -336,7 +337,7 @@ mod shap_e_parity {
             }
         }
         let grid = Grid::new([g; 3], Bounds::SHAP_E, values).unwrap();
-        let mesh = marching_cubes_with(
+        let mesh = marching_cubes(
             &grid,
             &McOptions {
                 mode: McMode::ShapEParity,
