@@ -19,7 +19,8 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::memory::{self, CountingAlloc};
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::shap_e::{load_prior, PriorTransformer};
+use clipsculpt::shap_e::{PriorConfig, PriorTransformer};
+use clipsculpt::weights::WeightFile;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -38,13 +39,18 @@ fn main() -> Result<()> {
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
     let dir = std::path::Path::new(&model).join("shap_e").join("prior");
-    let prior = load_prior(&dir, DType::F32, &Device::Cpu)
+    let text =
+        std::fs::read_to_string(dir.join("config.json")).map_err(candle_core::Error::wrap)?;
+    let prior_cfg: PriorConfig = serde_json::from_str(&text).map_err(candle_core::Error::wrap)?;
+    let prior = WeightFile::open(&dir.join("diffusion_pytorch_model.safetensors"))
+        .and_then(|f| {
+            f.build(DType::F32, &Device::Cpu, |vb| {
+                PriorTransformer::new(vb, &prior_cfg)
+            })
+        })
         .map_err(|e| candle_core::Error::Msg(e.to_string()))?
         .model;
-    let cfg: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("config.json")).map_err(candle_core::Error::wrap)?,
-    )
-    .map_err(candle_core::Error::wrap)?;
+    let cfg: serde_json::Value = serde_json::from_str(&text).map_err(candle_core::Error::wrap)?;
     let size = |key: &str| cfg[key].as_u64().map(|v| v as usize);
     let (tokens, width) = (size("num_embeddings"), size("embedding_dim"));
     let cond = size("embedding_proj_dim").or(width);
@@ -60,7 +66,10 @@ fn main() -> Result<()> {
     for _ in 0..repeats {
         let t = Instant::now();
         match stage.as_str() {
-            "prior-eval" => drop(prior.forward(&Tensor::cat(&[&x, &x], 0)?, TIMESTEP, &emb)?),
+            "prior-eval" => {
+                let input = Tensor::cat(&[&x, &x], 0)?;
+                drop(prior.forward_with_policy(&input, TIMESTEP, &emb, &Policy::None)?)
+            }
             "prior-backward" => drop(backward(&prior, &x, &emb, &w, &Policy::None)?),
             "prior-backward-ckpt" => drop(backward(&prior, &x, &emb, &w, &Policy::BLOCKS)?),
             other => candle_core::bail!("unknown STAGE {other}"),
@@ -88,7 +97,10 @@ fn backward(
 ) -> Result<Tensor> {
     let x = Var::from_tensor(x)?;
     let input = Tensor::cat(&[x.as_tensor(), x.as_tensor()], 0)?;
-    let pred = prior.predict_x0(&input, TIMESTEP, emb, policy)?;
+    let width = x.dim(2)?;
+    let pred = prior
+        .forward_with_policy(&input, TIMESTEP, emb, policy)?
+        .narrow(2, 0, width)?;
     let (u, c) = (pred.narrow(0, 0, 1)?, pred.narrow(0, 1, 1)?);
     let guided = (&u + ((c - &u)? * CFG_SCALE)?)?;
     let grads = (guided * w)?.sum_all()?.backward()?;
