@@ -316,12 +316,11 @@ mod tests {
     use crate::shap_e::{Decoder, RendererConfig};
     use candle_core::{DType, Var};
 
-    /// The fused pass (coarse weights for importance sampling, then the image) gives the values
-    /// and latent gradients of the composed candle ops, with a background and a missed ray.
-    #[test]
-    fn fused_pass_matches_the_composed_ops() -> Result<()> {
-        let dev = Device::Cpu;
-        let d = 8;
+    /// A decoder of hidden width `d` with random frozen weights for every tensor it asks for (names
+    /// and shapes recorded from a variable-backed build); positive biases, so that some densities
+    /// pass the ReLU.
+    fn random_decoder(d: usize, dev: &Device) -> Result<Decoder> {
+        let dev = dev.clone();
         let cfg: RendererConfig = serde_json::from_value(serde_json::json!({
             "d_hidden": d, "d_latent": 16,
             "param_shapes": [[d, 93], [d, d], [d, d], [d, d]]
@@ -354,10 +353,19 @@ mod tests {
             let t = rng.normal_tensor(&dims, &dev)?.affine(scale, offset)?;
             tensors.insert(name, t);
         }
-        let dec = Decoder::new(
+        Decoder::new(
             candle_nn::VarBuilder::from_tensors(tensors, DType::F32, &dev),
             &cfg,
-        )?;
+        )
+    }
+
+    /// The fused pass (coarse weights for importance sampling, then the image) gives the values
+    /// and latent gradients of the composed candle ops, with a background and a missed ray.
+    #[test]
+    fn fused_pass_matches_the_composed_ops() -> Result<()> {
+        let dev = Device::Cpu;
+        let d = 8;
+        let dec = random_decoder(d, &dev)?;
         let z = Var::from_tensor(&(Rng::new(1).normal_tensor(&[1, 4 * d, 16], &dev)? * 2.0)?)?;
         // A wide field of view so that the corner rays miss the volume.
         let cam = Camera::orbit(0.4, 0.3, 2.5, 1.2, 4, 3);

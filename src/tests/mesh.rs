@@ -193,6 +193,35 @@ mod glb_structure {
         u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize
     }
 
+    /// Every buffer view is 4-aligned inside the buffer and has a target; every accessor fills its view.
+    fn check_views_and_accessors(doc: &Value, bin_len: usize) {
+        let views = doc["bufferViews"].as_array().unwrap();
+        for v in views {
+            let (off, len) = (
+                v["byteOffset"].as_u64().unwrap() as usize,
+                v["byteLength"].as_u64().unwrap() as usize,
+            );
+            assert_eq!(off % 4, 0, "view offset aligned");
+            assert!(off + len <= bin_len, "view inside the buffer");
+            assert!(v["target"].as_u64().is_some());
+        }
+        let accessors = doc["accessors"].as_array().unwrap();
+        for a in accessors {
+            let view = &views[a["bufferView"].as_u64().unwrap() as usize];
+            let width = match a["type"].as_str().unwrap() {
+                "SCALAR" => 1,
+                "VEC3" => 3,
+                t => panic!("unexpected type {t}"),
+            };
+            let count = a["count"].as_u64().unwrap() as usize;
+            assert_eq!(
+                count * width * 4,
+                view["byteLength"].as_u64().unwrap() as usize,
+                "accessor fills its view"
+            );
+        }
+    }
+
     #[test]
     fn header_chunks_views_accessors_and_indices_are_valid() {
         let mesh = coloured_torus();
@@ -221,16 +250,8 @@ mod glb_structure {
             bin_len
         );
 
+        check_views_and_accessors(&doc, bin_len);
         let views = doc["bufferViews"].as_array().unwrap();
-        for v in views {
-            let (off, len) = (
-                v["byteOffset"].as_u64().unwrap() as usize,
-                v["byteLength"].as_u64().unwrap() as usize,
-            );
-            assert_eq!(off % 4, 0, "view offset aligned");
-            assert!(off + len <= bin_len, "view inside the buffer");
-            assert!(v["target"].as_u64().is_some());
-        }
         let accessors = doc["accessors"].as_array().unwrap();
         let prim = &doc["meshes"][0]["primitives"][0];
         assert_eq!(prim["mode"], 4);
@@ -238,20 +259,6 @@ mod glb_structure {
             ["count"]
             .as_u64()
             .unwrap() as usize;
-        for a in accessors {
-            let view = &views[a["bufferView"].as_u64().unwrap() as usize];
-            let width = match a["type"].as_str().unwrap() {
-                "SCALAR" => 1,
-                "VEC3" => 3,
-                t => panic!("unexpected type {t}"),
-            };
-            let count = a["count"].as_u64().unwrap() as usize;
-            assert_eq!(
-                count * width * 4,
-                view["byteLength"].as_u64().unwrap() as usize,
-                "accessor fills its view"
-            );
-        }
         let floats = |a: &Value| -> Vec<[f32; 3]> {
             let v = &views[a["bufferView"].as_u64().unwrap() as usize];
             let off = v["byteOffset"].as_u64().unwrap() as usize;

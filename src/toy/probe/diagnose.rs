@@ -146,6 +146,16 @@ fn clip_on_ground_truth(
 }
 
 /// The probe, with the bench's command-line arguments `args` (see the module docs).
+/// What every table of the diagnosis reads.
+struct Setup {
+    models: Models,
+    texts: Tensor,
+    caps: Vec<String>,
+    combos: Vec<(Shape, crate::toy::Colour)>,
+    fitted: Tensor,
+    dev: Device,
+}
+
 pub fn diagnose(args: &[String]) -> Result<()> {
     let seeds: u64 = args
         .iter()
@@ -175,17 +185,36 @@ pub fn diagnose(args: &[String]) -> Result<()> {
             return Ok(());
         }
     }
-    // 1. The fitted latents themselves: the evaluator's verdict and CLIP's rank of their own caption.
+    let s = Setup {
+        models,
+        texts,
+        caps,
+        combos,
+        fitted,
+        dev,
+    };
+    let matrix = fitted_table(&s)?;
+    held_out_preferences(&s, &matrix);
+    if args.iter().any(|a| a == "--fitted-only") {
+        return Ok(());
+    }
+    line_table(&s, &run, &points, seeds)
+}
+
+/// Table 1: the fitted latents themselves: the evaluator's verdict and CLIP's rank of their own caption.
+fn fitted_table(s: &Setup) -> Result<Vec<Vec<f32>>> {
+    let (models, texts, caps, combos, fitted, dev) =
+        (&s.models, &s.texts, &s.caps, &s.combos, &s.fitted, &s.dev);
     println!("## Fitted latents\n\n| combo | held out | eval shape | eval colour | IoU | components | euler | CLIP rank of own caption | best caption |");
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut matrix = Vec::new();
     for (i, &(shape, colour)) in combos.iter().enumerate() {
         let zf = fitted.get(i)?.unsqueeze(0)?;
-        let cos = caption_cosines(&models, &texts, &zf)?.to_vec1::<f32>()?;
+        let cos = caption_cosines(models, texts, &zf)?.to_vec1::<f32>()?;
         let best = (0..cos.len())
             .max_by(|&a, &b| cos[a].total_cmp(&cos[b]))
             .unwrap_or(0);
-        let verdict = match extract_mesh(&models.shap_e.decoder, &zf, 64, &dev) {
+        let verdict = match extract_mesh(&models.shap_e.decoder, &zf, 64, dev) {
             Ok(m) => {
                 let st = m.stats();
                 match classify(&m) {
@@ -210,7 +239,12 @@ pub fn diagnose(args: &[String]) -> Result<()> {
     if let Ok(path) = std::env::var("MATRIX_JSON") {
         std::fs::write(path, serde_json::to_string(&matrix)?)?;
     }
-    // 2. For each held-out caption: the fitted latents CLIP ranks highest.
+    Ok(matrix)
+}
+
+/// Table 2: for each held-out caption, the fitted latents CLIP ranks highest.
+fn held_out_preferences(s: &Setup, matrix: &[Vec<f32>]) {
+    let (caps, combos) = (&s.caps, &s.combos);
     println!("\n## Which fitted latents CLIP prefers for each held-out caption (cosine, best 5)\n");
     for &(shape, colour) in HELD_OUT.iter() {
         let i = combos
@@ -227,9 +261,13 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         println!("- {}: {}", caps[i], top.join(", "));
     }
     println!();
-    if args.iter().any(|a| a == "--fitted-only") {
-        return Ok(());
-    }
+}
+
+/// Table 3: per held-out prompt and seed, the line from the prior sample to the fitted latent and
+/// the field change along the cosine's gradient.
+fn line_table(s: &Setup, run: &RunSettings, points: &Tensor, seeds: u64) -> Result<()> {
+    let (models, texts, caps, combos, fitted, dev) =
+        (&s.models, &s.texts, &s.caps, &s.combos, &s.fitted, &s.dev);
     println!("| prompt | seed | cos prior | cos fitted | rank prior | rank fitted | line cos (α=0…1) | line rank | barrier | grad: Δocc/Δcol | to fit: Δocc/Δcol |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for &(shape, colour) in HELD_OUT.iter() {
@@ -240,13 +278,13 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         let prompt = &caps[i];
         let zf = fitted.get(i)?.unsqueeze(0)?;
         for seed in 0..seeds {
-            let zp = models.run_sample(prompt, &run, &Rng::new(seed), &dev)?;
+            let zp = models.run_sample(prompt, run, &Rng::new(seed), dev)?;
             let mut line_cos = Vec::new();
             let mut line_rank = Vec::new();
             for k in 0..=10 {
                 let a = k as f64 / 10.0;
                 let z = ((&zp * (1.0 - a))? + (&zf * a)?)?;
-                let cos = caption_cosines(&models, &texts, &z)?.to_vec1::<f32>()?;
+                let cos = caption_cosines(models, texts, &z)?.to_vec1::<f32>()?;
                 line_cos.push(cos[i]);
                 line_rank.push(rank_of(&cos, i));
             }
@@ -257,7 +295,7 @@ pub fn diagnose(args: &[String]) -> Result<()> {
                 .max(0.0);
             // Gradient of the fixed-view cosine at the prior sample.
             let var = Var::from_tensor(&zp)?;
-            let cos = caption_cosines(&models, &texts, var.as_tensor())?;
+            let cos = caption_cosines(models, texts, var.as_tensor())?;
             let g = cos
                 .get(i)?
                 .backward()?
@@ -270,8 +308,8 @@ pub fn diagnose(args: &[String]) -> Result<()> {
             let step = 0.5;
             let along_g = (&zp + (unit(&g)? * step)?)?;
             let along_f = (&zp + (unit(&(&zf - &zp)?)? * step)?)?;
-            let (go, gc) = field_change(&models, &zp, &along_g, &points)?;
-            let (fo, fc) = field_change(&models, &zp, &along_f, &points)?;
+            let (go, gc) = field_change(models, &zp, &along_g, points)?;
+            let (fo, fc) = field_change(models, &zp, &along_f, points)?;
             let _ = D::Minus1;
             println!(
                 "| {prompt} | {seed} | {:.3} | {:.3} | {} | {} | {} | {} | {:.3} | {:.3}/{:.3} | {:.3}/{:.3} |",

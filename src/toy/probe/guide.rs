@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::autodiff::rng::Rng;
-use crate::guide::{same_prompt, unscored, GuideSettings, Target};
+use crate::guide::{same_prompt, unscored, GuideSettings, StartChoice, Target};
 use crate::pipeline::{extract_mesh, Models, RunSettings};
 use crate::toy::{classify, parse_caption};
 use anyhow::Result;
@@ -64,23 +64,7 @@ pub fn guide_probe() -> Result<()> {
         .map(String::from)
         .collect();
     let models = Models::load(&root.join("shap_e"), &root.join("clip"), &dev)?;
-    let d = GuideSettings::default();
-    let guide = GuideSettings {
-        steps: env("STEPS", d.steps),
-        lr: env("LR", d.lr),
-        views: env("VIEWS", d.views),
-        resolution: env("RES", d.resolution),
-        contrast: env("CONTRAST", d.contrast),
-        prior_weight: env("PRIOR_WEIGHT", d.prior_weight),
-        transmittance_weight: env("TRANS_WEIGHT", d.transmittance_weight),
-        eval_every: env("EVAL_EVERY", d.eval_every),
-        explore: env("EXPLORE", d.explore),
-        explore_refine: env("EXPLORE_REFINE", d.explore_refine),
-        explore_steps: env("EXPLORE_STEPS", d.explore_steps),
-        switch_margin: env("SWITCH_MARGIN", d.switch_margin),
-        keep_margin: env("KEEP_MARGIN", d.keep_margin),
-        ..d
-    };
+    let guide = settings_from_env();
     let run = RunSettings::for_evaluation(guide.clone());
     println!("{guide:?}");
     let (mut ok_before, mut ok_after, mut n) = (0, 0, 0);
@@ -95,55 +79,9 @@ pub fn guide_probe() -> Result<()> {
             let guided = models.guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})?;
             let (z, trace, choice) = (guided.latent, guided.trace, guided.start);
             let secs = t.elapsed().as_secs_f64();
-            // The bank is the prior sampled for every negative but the prompt, in file order;
-            // the completions follow it.
-            let mut names: Vec<String> = models
-                .negatives
-                .iter()
-                .filter(|n| !same_prompt(n, prompt))
-                .cloned()
-                .collect();
-            names.truncate(choice.bank_size);
-            names.extend(
-                choice
-                    .completion_support
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| format!("completion {k} (support {s})")),
-            );
-            let name = |i: Option<usize>| {
-                i.map_or("prior".to_string(), |i| {
-                    names.get(i).cloned().unwrap_or_else(|| "?".into())
-                })
-            };
-            let mut ranked: Vec<(f32, usize)> =
-                choice.screen_scores.iter().copied().zip(0..).collect();
-            ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
-            let top: Vec<String> = ranked
-                .iter()
-                .take(6)
-                .map(|(s, i)| format!("{} {s:.3}", name(Some(*i))))
-                .collect();
-            let finalists: Vec<String> = choice
-                .finalists
-                .iter()
-                .map(|(i, s)| format!("{} {s:.3}", name(Some(*i))))
-                .collect();
-            let probes: Vec<String> = choice
-                .probes
-                .iter()
-                .map(|(w, s)| format!("{} {s:.3}", name(*w)))
-                .collect();
-            if !top.is_empty() {
-                println!(
-                    "  prior {:.3}; screened at {} px: {}\n  finalists: {}\n  probes: {}",
-                    choice.prior_score.unwrap_or(f32::NAN),
-                    choice.screen_side,
-                    top.join(", "),
-                    finalists.join(", "),
-                    probes.join(", ")
-                );
-            }
+            let names = candidate_names(&models, prompt, &choice);
+            let name = |i: Option<usize>| candidate_name(&names, i);
+            print_screening(&choice, &names);
             let (b, a) = (verdict(&models, &z0, &dev), verdict(&models, &z, &dev));
             let right =
                 |v: &str| want.is_some_and(|(s, c)| v.starts_with(&format!("{s:?} {c:?} ")));
@@ -168,4 +106,84 @@ pub fn guide_probe() -> Result<()> {
         t_all.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The guide settings, each overridable by an environment variable (`STEPS`, `LR`, …).
+fn settings_from_env() -> GuideSettings {
+    let d = GuideSettings::default();
+    GuideSettings {
+        steps: env("STEPS", d.steps),
+        lr: env("LR", d.lr),
+        views: env("VIEWS", d.views),
+        resolution: env("RES", d.resolution),
+        contrast: env("CONTRAST", d.contrast),
+        prior_weight: env("PRIOR_WEIGHT", d.prior_weight),
+        transmittance_weight: env("TRANS_WEIGHT", d.transmittance_weight),
+        eval_every: env("EVAL_EVERY", d.eval_every),
+        explore: env("EXPLORE", d.explore),
+        explore_refine: env("EXPLORE_REFINE", d.explore_refine),
+        explore_steps: env("EXPLORE_STEPS", d.explore_steps),
+        switch_margin: env("SWITCH_MARGIN", d.switch_margin),
+        keep_margin: env("KEEP_MARGIN", d.keep_margin),
+        ..d
+    }
+}
+
+/// The names of the start candidates: the prior sampled for every negative but the prompt, in
+/// file order (the bank), then the completions.
+fn candidate_names(models: &Models, prompt: &str, choice: &StartChoice) -> Vec<String> {
+    let mut names: Vec<String> = models
+        .negatives
+        .iter()
+        .filter(|n| !same_prompt(n, prompt))
+        .cloned()
+        .collect();
+    names.truncate(choice.bank_size);
+    names.extend(
+        choice
+            .completion_support
+            .iter()
+            .enumerate()
+            .map(|(k, s)| format!("completion {k} (support {s})")),
+    );
+    names
+}
+
+/// A candidate's name; `None` is the prior's own sample.
+fn candidate_name(names: &[String], i: Option<usize>) -> String {
+    i.map_or("prior".to_string(), |i| {
+        names.get(i).cloned().unwrap_or_else(|| "?".into())
+    })
+}
+
+/// The screening of the start candidates: the best six, the finalists and the probes.
+fn print_screening(choice: &StartChoice, names: &[String]) {
+    let name = |i: Option<usize>| candidate_name(names, i);
+    let mut ranked: Vec<(f32, usize)> = choice.screen_scores.iter().copied().zip(0..).collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let top: Vec<String> = ranked
+        .iter()
+        .take(6)
+        .map(|(s, i)| format!("{} {s:.3}", name(Some(*i))))
+        .collect();
+    let finalists: Vec<String> = choice
+        .finalists
+        .iter()
+        .map(|(i, s)| format!("{} {s:.3}", name(Some(*i))))
+        .collect();
+    let probes: Vec<String> = choice
+        .probes
+        .iter()
+        .map(|(w, s)| format!("{} {s:.3}", name(*w)))
+        .collect();
+    if !top.is_empty() {
+        println!(
+            "  prior {:.3}; screened at {} px: {}\n  finalists: {}\n  probes: {}",
+            choice.prior_score.unwrap_or(f32::NAN),
+            choice.screen_side,
+            top.join(", "),
+            finalists.join(", "),
+            probes.join(", ")
+        );
+    }
 }
