@@ -9,20 +9,26 @@ use super::real::Real;
 /// Rows per rayon task.
 const ROWS_PER_TASK: usize = 32;
 
+/// A row's mean and `1/√(var + eps)` (`inv` is `1/len`); inlined into the vectorised callers.
+#[inline(always)]
+fn row_stats<T: Real>(x: &[T], inv: T, eps: T) -> (T, T) {
+    let mut s = T::zero();
+    for &v in x {
+        s += v;
+    }
+    let m = s * inv;
+    let mut s2 = T::zero();
+    for &v in x {
+        s2 += (v - m) * (v - m);
+    }
+    (m, T::one() / T::from_f64((s2 * inv + eps).to_f64().sqrt()))
+}
+
 simd_dispatch!(ln_forward_rows<T: Real>(x: &[T], w: &[T], b: &[T], eps: T, y: &mut [T], mu: &mut [T], rstd: &mut [T]) {
     let d = w.len();
     let inv = T::one() / T::from_f64(d as f64);
     for (((x, y), mu), rstd) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(mu.iter_mut()).zip(rstd.iter_mut()) {
-        let mut s = T::zero();
-        for &v in x {
-            s += v;
-        }
-        let m = s * inv;
-        let mut s2 = T::zero();
-        for &v in x {
-            s2 += (v - m) * (v - m);
-        }
-        let r = T::one() / T::from_f64((s2 * inv + eps).to_f64().sqrt());
+        let (m, r) = row_stats(x, inv, eps);
         for (((y, &v), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
             *y = (v - m) * r * w + b;
         }
@@ -52,17 +58,7 @@ pub(crate) fn ln_forward<T: Real>(
 simd_dispatch!(ln_stats_rows<T: Real>(x: &[T], d: usize, eps: T, mu: &mut [T], rstd: &mut [T]) {
     let inv = T::one() / T::from_f64(d as f64);
     for ((x, mu), rstd) in x.chunks_exact(d).zip(mu.iter_mut()).zip(rstd.iter_mut()) {
-        let mut s = T::zero();
-        for &v in x {
-            s += v;
-        }
-        let m = s * inv;
-        let mut s2 = T::zero();
-        for &v in x {
-            s2 += (v - m) * (v - m);
-        }
-        *mu = m;
-        *rstd = T::one() / T::from_f64((s2 * inv + eps).to_f64().sqrt());
+        (*mu, *rstd) = row_stats(x, inv, eps);
     }
 });
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use serde::{Deserialize, Serialize};
 
+use super::contiguous_slice;
 use crate::autodiff::vjp::attach;
 
 /// An elementwise activation, named as in the configs (`hidden_act`, `act_fn`,
@@ -150,16 +151,15 @@ impl CustomOp3 for FusedVjp {
         g: &CpuStorage,
         lg: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        fn slice<'a, T>(v: &'a [T], l: &Layout) -> Result<&'a [T]> {
-            match l.contiguous_offsets() {
-                Some((a, b)) => Ok(&v[a..b]),
-                None => candle_core::bail!("activation_vjp: non-contiguous input (bug)"),
-            }
-        }
+        const OP: &str = "activation_vjp";
         let act = self.0;
         let out = match (x, y, g) {
             (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(g)) => {
-                let (x, y, g) = (slice(x, lx)?, slice(y, ly)?, slice(g, lg)?);
+                let (x, y, g) = (
+                    contiguous_slice(x, lx, OP)?,
+                    contiguous_slice(y, ly, OP)?,
+                    contiguous_slice(g, lg, OP)?,
+                );
                 CpuStorage::F32(
                     x.iter()
                         .zip(y)
@@ -169,7 +169,11 @@ impl CustomOp3 for FusedVjp {
                 )
             }
             (CpuStorage::F64(x), CpuStorage::F64(y), CpuStorage::F64(g)) => {
-                let (x, y, g) = (slice(x, lx)?, slice(y, ly)?, slice(g, lg)?);
+                let (x, y, g) = (
+                    contiguous_slice(x, lx, OP)?,
+                    contiguous_slice(y, ly, OP)?,
+                    contiguous_slice(g, lg, OP)?,
+                );
                 CpuStorage::F64(
                     x.iter()
                         .zip(y)

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 
+use super::contiguous_slice;
 use crate::autodiff::vjp::{attach, Vjp};
 use crate::kernels::{ln_backward, ln_stats, Real};
 
@@ -148,18 +149,21 @@ impl CustomOp3 for InputVjp {
         g: &CpuStorage,
         lg: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        fn slice<'a, T>(v: &'a [T], l: &Layout) -> Result<&'a [T]> {
-            match l.contiguous_offsets() {
-                Some((a, b)) => Ok(&v[a..b]),
-                None => candle_core::bail!("layer_norm_vjp: non-contiguous input (bug)"),
-            }
-        }
+        const OP: &str = "layer_norm_vjp";
         let out = match (x, w, g) {
             (CpuStorage::F32(x), CpuStorage::F32(w), CpuStorage::F32(g)) => {
-                CpuStorage::F32(self.run(slice(x, lx)?, slice(w, lw)?, slice(g, lg)?))
+                CpuStorage::F32(self.run(
+                    contiguous_slice(x, lx, OP)?,
+                    contiguous_slice(w, lw, OP)?,
+                    contiguous_slice(g, lg, OP)?,
+                ))
             }
             (CpuStorage::F64(x), CpuStorage::F64(w), CpuStorage::F64(g)) => {
-                CpuStorage::F64(self.run(slice(x, lx)?, slice(w, lw)?, slice(g, lg)?))
+                CpuStorage::F64(self.run(
+                    contiguous_slice(x, lx, OP)?,
+                    contiguous_slice(w, lw, OP)?,
+                    contiguous_slice(g, lg, OP)?,
+                ))
             }
             _ => candle_core::bail!("layer_norm_vjp: unsupported dtype (bug)"),
         };

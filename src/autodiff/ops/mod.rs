@@ -19,3 +19,16 @@ pub(crate) use softmax::softmax;
 
 #[cfg(test)]
 pub(crate) mod testing;
+
+/// The contiguous part of a CPU storage that `l` describes, for the fused CPU kernels of the ops;
+/// `op` names the caller in the error (a non-contiguous input is a bug: callers make it contiguous).
+pub(crate) fn contiguous_slice<'a, T>(
+    v: &'a [T],
+    l: &candle_core::Layout,
+    op: &str,
+) -> candle_core::Result<&'a [T]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&v[a..b]),
+        None => candle_core::bail!("{op}: non-contiguous input (bug)"),
+    }
+}
