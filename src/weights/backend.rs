@@ -12,6 +12,7 @@ use candle_nn::var_builder::SimpleBackend;
 use candle_nn::VarBuilder;
 
 use super::error::LoadError;
+use super::finite::NonFinite;
 use super::problem::TensorProblem;
 use super::weight_file::{is_float_name, WeightFile};
 
@@ -37,6 +38,14 @@ impl WeightFile {
         let backend = Shared(Arc::new(CheckingBackend::new(Some(self))));
         let vb = VarBuilder::from_backend(Box::new(backend.clone()), dtype, device.clone());
         let built = build(vb);
+        if let Some((tensor, hit)) = backend.first_non_finite() {
+            return Err(LoadError::NonFinite {
+                path,
+                tensor,
+                count: hit.count,
+                first: hit.first,
+            });
+        }
         let problems = backend.take_problems();
         if !problems.is_empty() {
             return Err(LoadError::Tensors { path, problems });
@@ -71,11 +80,12 @@ pub(crate) fn count_parameters<T>(
 
 /// A VarBuilder backend that serves tensors from a [`WeightFile`] (converted to the requested
 /// dtype) and records every problem instead of stopping at the first, handing out a zero-stride
-/// placeholder (no allocation) after one. Without a file ("dry") it serves placeholders; both
-/// count the requested elements.
+/// placeholder (no allocation) after one; tensors holding NaN/inf are recorded apart. Without a
+/// file ("dry") it serves placeholders; both count the requested elements.
 struct CheckingBackend {
     weights: Option<WeightFile>,
     problems: Mutex<Vec<TensorProblem>>,
+    non_finite: Mutex<Vec<(String, NonFinite)>>,
     used: Mutex<BTreeSet<String>>,
     requested: AtomicUsize,
 }
@@ -85,6 +95,7 @@ impl CheckingBackend {
         Self {
             weights,
             problems: Mutex::default(),
+            non_finite: Mutex::default(),
             used: Mutex::default(),
             requested: AtomicUsize::new(0),
         }
@@ -97,6 +108,38 @@ impl CheckingBackend {
                 .lock()
                 .expect("problem list lock poisoned (bug)"), // ok: no thread panics while holding it
         )
+    }
+
+    /// The first tensor (by name) found holding NaN/inf, with its count.
+    fn first_non_finite(&self) -> Option<(String, NonFinite)> {
+        self.non_finite
+            .lock()
+            .expect("non-finite list lock poisoned (bug)") // ok: no thread panics while holding it
+            .iter()
+            .min_by(|a, b| a.0.cmp(&b.0))
+            .cloned()
+    }
+
+    /// Loads `name` from the file; a tensor holding NaN/inf is recorded and served as a
+    /// placeholder of `shape`.
+    fn load(
+        &self,
+        w: &WeightFile,
+        name: &str,
+        shape: &Shape,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        match w.load(name, dev)? {
+            Ok(t) => t.to_dtype(dtype),
+            Err(hit) => {
+                self.non_finite
+                    .lock()
+                    .expect("non-finite list lock poisoned (bug)") // ok: no thread panics while holding it
+                    .push((name.to_string(), hit));
+                Self::placeholder(shape, dtype, dev)
+            }
+        }
     }
 
     /// Keys asked for so far.
@@ -167,7 +210,7 @@ impl SimpleBackend for Shared {
                 name: name.into(),
                 found: dt.clone(),
             }),
-            Some(_) => return w.load(name, dev)?.to_dtype(dtype),
+            Some(_) => return self.load(w, name, &s, dtype, dev),
         }
         CheckingBackend::placeholder(&s, dtype, dev)
     }
@@ -176,7 +219,11 @@ impl SimpleBackend for Shared {
         match &self.weights {
             Some(w) => {
                 self.mark_used(name);
-                w.load(name, dev)?.to_dtype(dtype)
+                let shape = match w.header.get(name) {
+                    Some((_, dims)) => Shape::from_dims(dims),
+                    None => candle_core::bail!("cannot find tensor {name}"),
+                };
+                self.load(w, name, &shape, dtype, dev)
             }
             None => candle_core::bail!("no weights to read {name} from"),
         }
@@ -267,5 +314,40 @@ mod tests {
             err.to_string().contains("tensor idx has dtype I64"),
             "{err}"
         );
+    }
+
+    /// A read tensor holding NaN/inf fails the build, named with its count and first index (the
+    /// first by name when several do); an unread one does not.
+    #[test]
+    fn refuses_non_finite_tensors_it_reads() {
+        let dev = Device::Cpu;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("model.safetensors");
+        let t = |v: &[f32]| Tensor::new(v, &dev).unwrap();
+        let ts = HashMap::from([
+            ("a".to_string(), t(&[1.0, f32::NAN, f32::INFINITY])),
+            ("b".to_string(), t(&[f32::NAN, 0.0])),
+            ("c".to_string(), t(&[1.0, 2.0])),
+            ("unread".to_string(), t(&[f32::NAN])),
+        ]);
+        candle_core::safetensors::save(&ts, &p).unwrap();
+        let err = WeightFile::open(&p)
+            .unwrap()
+            .build(DType::F32, &dev, |vb| {
+                vb.get(2, "c")?;
+                vb.get(2, "b")?;
+                vb.get(3, "a")
+            })
+            .unwrap_err();
+        assert!(
+            matches!(&err, LoadError::NonFinite { tensor, count: 2, first: 1, .. } if tensor == "a"),
+            "{err}"
+        );
+        let ok = WeightFile::open(&p)
+            .unwrap()
+            .build(DType::F32, &dev, |vb| vb.get(2, "c"))
+            .unwrap();
+        assert_eq!(ok.model.to_vec1::<f32>().unwrap(), [1.0, 2.0]);
+        assert_eq!(ok.unused, ["a", "b", "unread"]);
     }
 }

@@ -1,6 +1,7 @@
 //! A validated weight file: a safetensors file whose header must account for every byte (a
 //! truncated download is named with expected and actual sizes), memory-mapped; or a PyTorch pickle
-//! (`.bin`, `.pt`, `.pth`) read through candle's pickle reader (float tensors only).
+//! (`.bin`, `.pt`, `.pth`) read through candle's pickle reader (float tensors only). Each tensor
+//! a model reads is checked for NaN/inf as it is loaded.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -9,8 +10,6 @@ use std::path::{Path, PathBuf};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
-
-use rayon::prelude::*;
 
 use super::error::LoadError;
 use super::finite::{self, NonFinite};
@@ -100,9 +99,7 @@ impl WeightFile {
                 tensors.insert(name, t);
             }
         }
-        let w = Self::from_tensors(path, tensors);
-        w.check_finite()?;
-        Ok(w)
+        Ok(Self::from_tensors(path, tensors))
     }
 
     fn open_safetensors(path: &Path) -> Result<Self, LoadError> {
@@ -156,39 +153,11 @@ impl WeightFile {
         // SAFETY: the file is mapped read-only; like every mmap-based loader we rely on it not
         // being truncated or rewritten while the model loads (its size was just checked).
         let file = unsafe { MmapedSafetensors::new(path) }.map_err(|e| corrupt(e.to_string()))?;
-        let w = Self {
+        Ok(Self {
             path: path.to_path_buf(),
             header,
             data: Data::Mmap(file),
-        };
-        w.check_finite()?;
-        Ok(w)
-    }
-
-    /// Refuses NaN or infinite values in any float tensor, naming the first such tensor (in
-    /// name order). Safetensors files are scanned in their mapped bytes; in-memory tensors after
-    /// conversion to f32.
-    pub(crate) fn check_finite(&self) -> Result<(), LoadError> {
-        let mut names: Vec<&String> = self.float_keys().collect();
-        names.sort();
-        let found = names.par_iter().find_map_first(|name| {
-            let hit = match &self.data {
-                Data::Mmap(f) => f.get(name).ok().and_then(|v| {
-                    finite::scan(&self.header[*name].0, v.data()) // ok: `name` is a header key
-                }),
-                Data::Memory(m) => m.get(*name).and_then(scan_tensor),
-            };
-            hit.map(|h| (name.to_string(), h))
-        });
-        match found {
-            None => Ok(()),
-            Some((tensor, h)) => Err(LoadError::NonFinite {
-                path: self.path.clone(),
-                tensor,
-                count: h.count,
-                first: h.first,
-            }),
-        }
+        })
     }
 
     /// The file this was read from.
@@ -204,13 +173,29 @@ impl WeightFile {
             .map(|(k, _)| k)
     }
 
-    pub(super) fn load(&self, name: &str, dev: &Device) -> candle_core::Result<Tensor> {
-        match &self.data {
-            Data::Mmap(f) => f.load(name, dev),
+    /// The float tensor `name` on `dev`, checked for NaN/inf: `Ok(Err(_))` when some value is
+    /// not finite. Mapped files are checked while the tensor is copied out of the map.
+    pub(super) fn load(
+        &self,
+        name: &str,
+        dev: &Device,
+    ) -> candle_core::Result<Result<Tensor, NonFinite>> {
+        let checked = match &self.data {
+            Data::Mmap(f) => {
+                let view = f.get(name)?;
+                let Some((dtype, _)) = self.header.get(name) else {
+                    candle_core::bail!("cannot find tensor {name}")
+                };
+                finite::read_checked(dtype, view.data(), view.shape())?
+            }
             Data::Memory(m) => match m.get(name) {
-                Some(t) => t.to_device(dev),
+                Some(t) => scan_tensor(t).map_or(Ok(t.clone()), Err),
                 None => candle_core::bail!("cannot find tensor {name}"),
             },
+        };
+        match checked {
+            Ok(t) => Ok(Ok(t.to_device(dev)?)),
+            Err(hit) => Ok(Err(hit)),
         }
     }
 }
