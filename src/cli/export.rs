@@ -13,7 +13,7 @@ use crate::atomic::OutputDir;
 use crate::mesh::{self, Format};
 use crate::models::ModelKind;
 use crate::pipeline::LatentField;
-use crate::shap_e::{load_latent, ShapE};
+use crate::shap_e::{load_latent, Decoder};
 
 /// Decode a saved latent to GLB/PLY/OBJ.
 #[derive(Debug, ClapArgs)]
@@ -42,7 +42,7 @@ impl Export {
         let device = cx.open_device()?;
         let z = load_latent(&self.latent, &device)?;
         let dir = cx.resolve(&self.models.model, ModelKind::ShapE)?;
-        let shap_e = ShapE::load(&dir, cx.precision(&device).dtype(), &device)
+        let decoder = Decoder::load_in(&dir, cx.precision(&device).dtype(), &device)
             .with_context(|| format!("loading {}", dir.display()))?;
         let out = self
             .out
@@ -50,7 +50,7 @@ impl Export {
         let names: Vec<String> = self.formats.iter().map(|f| f.file_name("mesh")).collect();
         let dir = OutputDir::files(&out, &names, self.overwrite)?;
         in_private(&dir, |work| {
-            let field = LatentField::new(&shap_e.decoder, &z)?;
+            let field = LatentField::new(&decoder, &z)?;
             mesh::export_field(&field, &device, self.grid, &self.formats, work, "mesh")?;
             Ok(())
         })?;

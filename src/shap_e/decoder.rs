@@ -13,7 +13,7 @@ use super::fused_mlp::{Fused, FusedMlp, FIELD_HEADS};
 use super::nerstf::{self, NerstfMlp};
 use super::params_proj::ParamsProj;
 use super::prior::PriorTransformer;
-use crate::weights::files::DIFFUSERS_WEIGHTS;
+use crate::weights::files::{DECODER_DIRS, DIFFUSERS_WEIGHTS};
 use crate::weights::{find_weights, Loaded, WeightFile};
 
 /// Points per MLP call in graph-free field queries composed from candle ops.
@@ -49,6 +49,27 @@ impl Decoder {
         let cfg: RendererConfig = read_config(&dir.join("config.json"))?;
         let weights = find_weights(dir, &DIFFUSERS_WEIGHTS)?;
         Self::load_file(&cfg, &weights, dtype, device)
+    }
+
+    /// Loads the decoder of a Shap-E folder `root`: the first of its renderer folders
+    /// ([`DECODER_DIRS`]) that holds weights; nothing else of the folder is read.
+    pub(crate) fn load_in(
+        root: &Path,
+        dtype: DType,
+        device: &Device,
+    ) -> std::result::Result<Self, LoadError> {
+        let mut last_err = None;
+        for d in DECODER_DIRS {
+            let dir = root.join(d);
+            match find_weights(&dir, &DIFFUSERS_WEIGHTS) {
+                Ok(_) => return Ok(Self::load(&dir, dtype, device)?.model),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or(LoadError::MissingWeights {
+            dir: root.to_path_buf(),
+            tried: DECODER_DIRS.iter().map(|s| s.to_string()).collect(),
+        }))
     }
 
     /// Loads the decoder for `cfg` from one weight file.

@@ -11,8 +11,6 @@ use super::error::LoadError;
 use super::prior::PriorTransformer;
 use super::sampler::{initial_noise, sample_latents_from};
 use crate::autodiff::rng::Rng;
-use crate::weights::files::{DECODER_DIRS, DIFFUSERS_WEIGHTS};
-use crate::weights::find_weights;
 
 /// The file of a pipeline folder that recommends sampling settings (optional).
 pub(crate) const SAMPLING_FILE: &str = "sampling.json";
@@ -84,25 +82,12 @@ impl ShapE {
             SchedulerConfig::shap_e()
         };
         let sampling = SamplingDefaults::read(root)?.unwrap_or_default();
-        let mut last_err = None;
-        for d in DECODER_DIRS {
-            let dir = root.join(d);
-            match find_weights(&dir, &DIFFUSERS_WEIGHTS) {
-                Ok(_) => {
-                    return Ok(Self {
-                        prior,
-                        scheduler,
-                        decoder: Decoder::load(&dir, dtype, device)?.model,
-                        sampling,
-                    })
-                }
-                Err(e) => last_err = Some(e),
-            }
-        }
-        Err(last_err.unwrap_or(LoadError::MissingWeights {
-            dir: root.to_path_buf(),
-            tried: DECODER_DIRS.iter().map(|s| s.to_string()).collect(),
-        }))
+        Ok(Self {
+            prior,
+            scheduler,
+            decoder: Decoder::load_in(root, dtype, device)?,
+            sampling,
+        })
     }
 
     /// Latents `(B, tokens, d_latent)` for raw CLIP `text_embeds (B, dim)` with noise from `rng`.

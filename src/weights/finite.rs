@@ -1,8 +1,10 @@
 //! The NaN/inf check of weight bytes: a float is not finite exactly when its exponent bits are
-//! all ones. [`read_checked`] copies a tensor out of its file bytes and checks each value in the
-//! same pass (parallel blocks, so the check costs next to nothing beside the copy); [`scan`]
-//! checks bytes without copying them. The slow path (counting, locating the first) runs only on
+//! all ones. [`read_checked`] reads a tensor from its file (or bytes) in parallel blocks and
+//! checks each block while it is still in cache, so the check costs next to nothing beside the
+//! read; [`scan`] checks bytes without copying them. The slow path (counting, locating the first) runs only on
 //! a hit.
+
+use std::fs::File;
 
 use candle_core::{Device, Tensor, WithDType};
 use half::vec::HalfBitsVecExt;
@@ -57,7 +59,7 @@ fn scan_words<const N: usize>(bytes: &[u8], exponent: u64) -> Option<NonFinite> 
 }
 
 /// A float dtype of weight files, read from little-endian bytes.
-trait Float: WithDType {
+trait Float: WithDType + bytemuck::Pod {
     /// Bytes per value.
     const N: usize;
     /// The exponent bits: all set exactly when the value is NaN or infinite.
@@ -95,87 +97,144 @@ float!(bf16, 2, 0x7f80, |n| vec![0u16; n].reinterpret_into());
 float!(f32, 4, 0x7f80_0000, |n| vec![0f32; n]);
 float!(f64, 8, 0x7ff0_0000_0000_0000, |n| vec![0f64; n]);
 
-/// The CPU tensor of `shape` that `bytes` hold (little-endian values of the safetensors float
-/// dtype `dtype`), checked for NaN/inf while it is copied: `Ok(Err(_))` when some value is not
-/// finite. Errors on another dtype or a byte count that does not match the shape.
+/// Where a tensor's little-endian bytes come from.
+#[derive(Clone, Copy)]
+pub(crate) enum Source<'a> {
+    /// Bytes in memory (tests).
+    #[cfg(test)]
+    Bytes(&'a [u8]),
+    /// `len` bytes of `file` from `offset`, read straight into the tensor's memory (no map, so
+    /// the file's pages never count in the process's resident memory).
+    File {
+        file: &'a File,
+        offset: u64,
+        len: u64,
+    },
+}
+
+impl Source<'_> {
+    fn len(&self) -> u64 {
+        match self {
+            #[cfg(test)]
+            Source::Bytes(b) => b.len() as u64,
+            Source::File { len, .. } => *len,
+        }
+    }
+
+    /// Fills `out` with the bytes from `at` on.
+    fn read(&self, at: u64, out: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            #[cfg(test)]
+            Source::Bytes(b) => {
+                let at = at as usize;
+                out.copy_from_slice(&b[at..at + out.len()]); // ok: blocks tile `len()` bytes
+                Ok(())
+            }
+            Source::File { file, offset, .. } => read_exact_at(file, out, offset + at),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, out: &mut [u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, out, at)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &File, mut out: &mut [u8], mut at: u64) -> std::io::Result<()> {
+    while !out.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(file, out, at)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                out = &mut out[n..];
+                at += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The CPU tensor of `shape` whose little-endian values of the safetensors float dtype `dtype`
+/// `src` holds, checked for NaN/inf block by block as it is read: `Ok(Err(_))` when some value is
+/// not finite. Errors on another dtype, a byte count that does not match the shape, or a failed
+/// read.
 pub(crate) fn read_checked(
     dtype: &str,
-    bytes: &[u8],
+    src: Source,
     shape: &[usize],
 ) -> candle_core::Result<Result<Tensor, NonFinite>> {
     match dtype {
-        "F16" => read::<f16, true>(bytes, shape),
-        "BF16" => read::<bf16, true>(bytes, shape),
-        "F32" => read::<f32, true>(bytes, shape),
-        "F64" => read::<f64, true>(bytes, shape),
+        "F16" => read::<f16, true>(src, shape),
+        "BF16" => read::<bf16, true>(src, shape),
+        "F32" => read::<f32, true>(src, shape),
+        "F64" => read::<f64, true>(src, shape),
         other => candle_core::bail!("dtype {other} is not a float dtype"),
     }
 }
 
-/// [`read_checked`] without the check: the same parallel copy, to measure what the check costs.
+/// [`read_checked`] without the check: the same reads, to measure what the check costs.
 #[cfg(test)]
 pub(crate) fn read_unchecked(
     dtype: &str,
-    bytes: &[u8],
+    src: Source,
     shape: &[usize],
 ) -> candle_core::Result<Tensor> {
     let t = match dtype {
-        "F16" => read::<f16, false>(bytes, shape)?,
-        "BF16" => read::<bf16, false>(bytes, shape)?,
-        "F32" => read::<f32, false>(bytes, shape)?,
-        "F64" => read::<f64, false>(bytes, shape)?,
+        "F16" => read::<f16, false>(src, shape)?,
+        "BF16" => read::<bf16, false>(src, shape)?,
+        "F32" => read::<f32, false>(src, shape)?,
+        "F64" => read::<f64, false>(src, shape)?,
         other => candle_core::bail!("dtype {other} is not a float dtype"),
     };
     t.map_err(|_| candle_core::Error::Msg("unreachable: nothing was checked".into()))
 }
 
-/// The copy of `bytes` as a tensor of `shape`, checked for NaN/inf when `CHECK`.
+/// The tensor of `shape` read from `src`, checked for NaN/inf when `CHECK`.
 fn read<T: Float, const CHECK: bool>(
-    bytes: &[u8],
+    src: Source,
     shape: &[usize],
 ) -> candle_core::Result<Result<Tensor, NonFinite>> {
     let n: usize = shape.iter().product();
-    if bytes.len() != n * T::N {
+    if src.len() != (n * T::N) as u64 {
         candle_core::bail!(
             "{} bytes cannot hold {n} values of {} bytes",
-            bytes.len(),
+            src.len(),
             T::N
         );
     }
     let mut out = T::zeros(n);
     let bad = out
         .par_chunks_mut(BLOCK / T::N)
-        .zip(bytes.par_chunks(BLOCK))
-        .map(|(o, b)| copy_block::<T, CHECK>(o, b))
-        .reduce(|| false, |a, b| a | b);
+        .enumerate()
+        .map(|(i, block)| read_block::<T, CHECK>(src, (i * BLOCK) as u64, block))
+        .try_reduce(|| false, |a, b| Ok(a | b))?;
     if bad {
-        if let Some(hit) = scan_words_n(bytes, T::N, T::EXPONENT) {
-            return Ok(Err(hit));
+        let is_bad = |v: &T| v.bits() & T::EXPONENT == T::EXPONENT;
+        if let Some(first) = out.iter().position(is_bad) {
+            let count = out.par_iter().filter(|v| is_bad(v)).count();
+            return Ok(Err(NonFinite { count, first }));
         }
     }
     Ok(Ok(Tensor::from_vec(out, shape, &Device::Cpu)?))
 }
 
-/// Copies one block of values; true when `CHECK` and one of them is not finite.
-fn copy_block<T: Float, const CHECK: bool>(out: &mut [T], bytes: &[u8]) -> bool {
-    let mut bad = false;
-    for (o, c) in out.iter_mut().zip(bytes.chunks_exact(T::N)) {
-        let v = T::from_le(c);
-        if CHECK {
-            bad |= v.bits() & T::EXPONENT == T::EXPONENT;
+/// Reads one block of values from byte `at` of `src`; true when `CHECK` and one of them is not
+/// finite.
+fn read_block<T: Float, const CHECK: bool>(
+    src: Source,
+    at: u64,
+    block: &mut [T],
+) -> std::io::Result<bool> {
+    src.read(at, bytemuck::cast_slice_mut(block))?;
+    if cfg!(target_endian = "big") {
+        for v in block.iter_mut() {
+            *v = T::from_le(bytemuck::bytes_of(v));
         }
-        *o = v;
     }
-    bad
-}
-
-/// [`scan_words`] for a run-time word size.
-fn scan_words_n(bytes: &[u8], n: usize, exponent: u64) -> Option<NonFinite> {
-    match n {
-        2 => scan_words::<2>(bytes, exponent),
-        4 => scan_words::<4>(bytes, exponent),
-        _ => scan_words::<8>(bytes, exponent),
-    }
+    Ok(CHECK
+        && block.iter().fold(false, |bad, v| {
+            bad | (v.bits() & T::EXPONENT == T::EXPONENT)
+        }))
 }
 
 #[cfg(test)]
@@ -231,22 +290,28 @@ mod tests {
     #[test]
     fn read_checked_copies_every_float_dtype() {
         let v = [0.0f32, -1.5, 3.25, 1e-3, 65504.0, -2.0];
-        let t = read_checked("F32", &f32_bytes(&v), &[2, 3])
+        let t = read_checked("F32", Source::Bytes(&f32_bytes(&v)), &[2, 3])
             .unwrap()
             .unwrap();
         assert_eq!(t.dims(), &[2, 3]);
         assert_eq!(t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), v);
         let h: Vec<f16> = v.iter().map(|x| f16::from_f32(*x)).collect();
         let bytes: Vec<u8> = h.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let t = read_checked("F16", &bytes, &[6]).unwrap().unwrap();
+        let t = read_checked("F16", Source::Bytes(&bytes), &[6])
+            .unwrap()
+            .unwrap();
         assert_eq!(t.to_vec1::<f16>().unwrap(), h);
         let b: Vec<bf16> = v.iter().map(|x| bf16::from_f32(*x)).collect();
         let bytes: Vec<u8> = b.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let t = read_checked("BF16", &bytes, &[3, 2]).unwrap().unwrap();
+        let t = read_checked("BF16", Source::Bytes(&bytes), &[3, 2])
+            .unwrap()
+            .unwrap();
         assert_eq!(t.flatten_all().unwrap().to_vec1::<bf16>().unwrap(), b);
         let d: Vec<f64> = v.iter().map(|x| *x as f64 / 3.0).collect();
         let bytes: Vec<u8> = d.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let t = read_checked("F64", &bytes, &[6, 1]).unwrap().unwrap();
+        let t = read_checked("F64", Source::Bytes(&bytes), &[6, 1])
+            .unwrap()
+            .unwrap();
         assert_eq!(t.flatten_all().unwrap().to_vec1::<f64>().unwrap(), d);
     }
 
@@ -257,7 +322,7 @@ mod tests {
         let mut v: Vec<f32> = (0..n).map(|i| i as f32 * 1e-3).collect();
         v[BLOCK / 4 * 2 + 5] = f32::NAN;
         v[n - 1] = f32::NEG_INFINITY;
-        let hit = read_checked("F32", &f32_bytes(&v), &[n])
+        let hit = read_checked("F32", Source::Bytes(&f32_bytes(&v)), &[n])
             .unwrap()
             .unwrap_err();
         assert_eq!(
@@ -271,15 +336,44 @@ mod tests {
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect();
-        let hit = read_checked("F16", &bytes, &[2]).unwrap().unwrap_err();
+        let hit = read_checked("F16", Source::Bytes(&bytes), &[2])
+            .unwrap()
+            .unwrap_err();
         assert_eq!(hit, NonFinite { count: 1, first: 1 });
     }
 
     /// A byte count that does not match the shape, or a non-float dtype, is an error.
     #[test]
     fn read_checked_refuses_mismatched_bytes() {
-        assert!(read_checked("F32", &[0u8; 10], &[3]).is_err());
-        assert!(read_checked("F32", &[0u8; 12], &[2, 2]).is_err());
-        assert!(read_checked("I64", &[0u8; 16], &[2]).is_err());
+        assert!(read_checked("F32", Source::Bytes(&[0u8; 10]), &[3]).is_err());
+        assert!(read_checked("F32", Source::Bytes(&[0u8; 12]), &[2, 2]).is_err());
+        assert!(read_checked("I64", Source::Bytes(&[0u8; 16]), &[2]).is_err());
+    }
+
+    /// From a file: the values at an offset, across several blocks; a short file is an error.
+    #[test]
+    fn read_checked_reads_a_file_range() {
+        let n = BLOCK / 4 * 2 + 3;
+        let v: Vec<f32> = (0..n).map(|i| (i as f32).sin()).collect();
+        let mut bytes = vec![7u8; 5];
+        bytes.extend(f32_bytes(&v));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.bin");
+        std::fs::write(&p, &bytes).unwrap();
+        let file = File::open(&p).unwrap();
+        let len = (n * 4) as u64;
+        let src = Source::File {
+            file: &file,
+            offset: 5,
+            len,
+        };
+        let t = read_checked("F32", src, &[n]).unwrap().unwrap();
+        assert_eq!(t.to_vec1::<f32>().unwrap(), v);
+        let past = Source::File {
+            file: &file,
+            offset: 9,
+            len,
+        };
+        assert!(read_checked("F32", past, &[n]).is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! A validated weight file: a safetensors file whose header must account for every byte (a
-//! truncated download is named with expected and actual sizes), memory-mapped; or a PyTorch pickle
+//! truncated download is named with expected and actual sizes), read tensor by tensor; or a PyTorch pickle
 //! (`.bin`, `.pt`, `.pth`) read through candle's pickle reader (float tensors only). Each tensor
 //! a model reads is checked for NaN/inf as it is loaded.
 
@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
 use super::error::LoadError;
-use super::finite::{self, NonFinite};
+use super::finite::{self, NonFinite, Source};
 
 #[derive(Debug, Deserialize)]
 struct HeaderEntry {
@@ -23,8 +23,13 @@ struct HeaderEntry {
 
 /// Where the tensor data lives.
 enum Data {
-    /// A memory-mapped safetensors file.
-    Mmap(MmapedSafetensors),
+    /// A safetensors file, read tensor by tensor: the data section starts at byte `start`, and
+    /// each tensor's byte range within it is in `offsets`.
+    File {
+        file: std::fs::File,
+        start: u64,
+        offsets: HashMap<String, [u64; 2]>,
+    },
     /// Tensors read into memory (pickles, and in-memory tests).
     Memory(HashMap<String, Tensor>),
 }
@@ -135,6 +140,7 @@ impl WeightFile {
         let entries: BTreeMap<String, serde_json::Value> =
             serde_json::from_slice(&raw).map_err(|e| corrupt(format!("unreadable header: {e}")))?;
         let mut header = HashMap::new();
+        let mut offsets = HashMap::new();
         let mut data_end = 0u64;
         for (name, v) in entries {
             if name == "__metadata__" {
@@ -143,6 +149,7 @@ impl WeightFile {
             let e: HeaderEntry = serde_json::from_value(v)
                 .map_err(|e| corrupt(format!("header entry {name}: {e}")))?;
             data_end = data_end.max(e.data_offsets[1]);
+            offsets.insert(name.clone(), e.data_offsets);
             header.insert(name, (e.dtype, e.shape));
         }
         // Saturating: offsets near u64::MAX (a corrupt header) must read as "truncated", not overflow.
@@ -150,13 +157,19 @@ impl WeightFile {
         if actual < expected {
             return Err(truncated(expected, actual));
         }
-        // SAFETY: the file is mapped read-only; like every mmap-based loader we rely on it not
-        // being truncated or rewritten while the model loads (its size was just checked).
-        let file = unsafe { MmapedSafetensors::new(path) }.map_err(|e| corrupt(e.to_string()))?;
+        // The safetensors crate validates the rest of the layout (dtypes, sizes, contiguous
+        // offsets) on a read-only map; only the header's pages are touched.
+        // SAFETY: the file is mapped read-only and unmapped before this returns; its size was
+        // just checked.
+        unsafe { MmapedSafetensors::new(path) }.map_err(|e| corrupt(e.to_string()))?;
         Ok(Self {
             path: path.to_path_buf(),
             header,
-            data: Data::Mmap(file),
+            data: Data::File {
+                file: f,
+                start: 8 + n,
+                offsets,
+            },
         })
     }
 
@@ -174,19 +187,30 @@ impl WeightFile {
     }
 
     /// The float tensor `name` on `dev`, checked for NaN/inf: `Ok(Err(_))` when some value is
-    /// not finite. Mapped files are checked while the tensor is copied out of the map.
+    /// not finite. Files are read with positioned reads straight into the tensor's memory and
+    /// checked block by block as they arrive.
     pub(super) fn load(
         &self,
         name: &str,
         dev: &Device,
     ) -> candle_core::Result<Result<Tensor, NonFinite>> {
         let checked = match &self.data {
-            Data::Mmap(f) => {
-                let view = f.get(name)?;
-                let Some((dtype, _)) = self.header.get(name) else {
+            Data::File {
+                file,
+                start,
+                offsets,
+            } => {
+                let (Some((dtype, shape)), Some([from, to])) =
+                    (self.header.get(name), offsets.get(name))
+                else {
                     candle_core::bail!("cannot find tensor {name}")
                 };
-                finite::read_checked(dtype, view.data(), view.shape())?
+                let src = Source::File {
+                    file,
+                    offset: start + from,
+                    len: to.saturating_sub(*from),
+                };
+                finite::read_checked(dtype, src, shape)?
             }
             Data::Memory(m) => match m.get(name) {
                 Some(t) => scan_tensor(t).map_or(Ok(t.clone()), Err),
