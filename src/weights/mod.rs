@@ -1,7 +1,7 @@
 //! Weight files, for every architecture: which file names a model folder may hold ([`files`]),
-//! opening and validating one (safetensors through a memory map, or a PyTorch pickle), and
-//! building a model on a checking backend that reports every missing, mis-shaped or non-float
-//! tensor at once ([`WeightFile::build`] → [`Loaded`]). Errors at this boundary are [`LoadError`].
+//! opening and validating one (safetensors, read tensor by tensor with positioned reads, or a
+//! PyTorch pickle), and building a model on a checking backend that reports every missing,
+//! mis-shaped or non-float tensor at once ([`WeightFile::build`] → [`Loaded`]). Errors at this boundary are [`LoadError`].
 
 mod backend;
 mod error;

@@ -64,7 +64,8 @@ fn dtype_name(dtype: DType) -> String {
 }
 
 impl WeightFile {
-    /// Opens `path`: a `.safetensors` file (size-checked and mapped) or a pickle.
+    /// Opens `path`: a `.safetensors` file (size- and layout-checked; tensors are read when a
+    /// model asks for them) or a pickle.
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         if path.extension().is_some_and(|e| e == "safetensors") {
             Self::open_safetensors(path)
