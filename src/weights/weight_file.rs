@@ -208,7 +208,7 @@ impl WeightFile {
                 };
                 let src = Source::File {
                     file,
-                    offset: start + from,
+                    offset: start.saturating_add(*from),
                     len: to.saturating_sub(*from),
                 };
                 finite::read_checked(dtype, src, shape)?
