@@ -163,13 +163,7 @@ pub(crate) fn read_checked(
     src: Source,
     shape: &[usize],
 ) -> candle_core::Result<Result<Tensor, NonFinite>> {
-    match dtype {
-        "F16" => read::<f16, true>(src, shape),
-        "BF16" => read::<bf16, true>(src, shape),
-        "F32" => read::<f32, true>(src, shape),
-        "F64" => read::<f64, true>(src, shape),
-        other => candle_core::bail!("dtype {other} is not a float dtype"),
-    }
+    read_dtype::<true>(dtype, src, shape)
 }
 
 /// [`read_checked`] without the check: the same reads, to measure what the check costs.
@@ -179,14 +173,23 @@ pub(crate) fn read_unchecked(
     src: Source,
     shape: &[usize],
 ) -> candle_core::Result<Tensor> {
-    let t = match dtype {
-        "F16" => read::<f16, false>(src, shape)?,
-        "BF16" => read::<bf16, false>(src, shape)?,
-        "F32" => read::<f32, false>(src, shape)?,
-        "F64" => read::<f64, false>(src, shape)?,
-        other => candle_core::bail!("dtype {other} is not a float dtype"),
-    };
+    let t = read_dtype::<false>(dtype, src, shape)?;
     t.map_err(|_| candle_core::Error::Msg("unreachable: nothing was checked".into()))
+}
+
+/// [`read`] for the safetensors dtype name `dtype`.
+fn read_dtype<const CHECK: bool>(
+    dtype: &str,
+    src: Source,
+    shape: &[usize],
+) -> candle_core::Result<Result<Tensor, NonFinite>> {
+    match dtype {
+        "F16" => read::<f16, CHECK>(src, shape),
+        "BF16" => read::<bf16, CHECK>(src, shape),
+        "F32" => read::<f32, CHECK>(src, shape),
+        "F64" => read::<f64, CHECK>(src, shape),
+        other => candle_core::bail!("dtype {other} is not a float dtype"),
+    }
 }
 
 /// The tensor of `shape` read from `src`, checked for NaN/inf when `CHECK`.
