@@ -8,10 +8,24 @@
 //! - `prior-backward`: one guided sampler step through the prior: the guided x0 prediction
 //!   `u + 3·(c − u)` of a state `x`, a fixed random projection of it as the loss, and the backward
 //!   pass to `x`, unchecked;
-//! - `prior-backward-ckpt`: the same with every block checkpointed.
+//! - `prior-backward-ckpt`: the same with every block checkpointed;
+//! - `guide`: one guidance step at published decoder and CLIP sizes: the decoder of
+//!   `MODEL/shap_e/shap_e_renderer` and the vision tower of `MODEL/clip` (ViT-B/16 at 224 px for
+//!   `--preset published`), 2 views of 64² rays, 64 stratified + 64 importance samples per ray,
+//!   each view over 4 grey backgrounds, loss −mean cosine to a fixed random text embedding,
+//!   backward to the latent (1024 × 1024), unchecked;
+//! - `guide-ckpt`: the same with ray chunks of 1024 (the CLI's default) and every CLIP block
+//!   checkpointed;
+//! - `matmul`: the machine's matrix-product rate (candle's CPU matmul, i.e. the `gemm` crate) on
+//!   the prior's shapes, rows = 2 × 1026 tokens: `(2052 × 1024)·(1024 × 1024)`,
+//!   `(2052 × 1024)·(1024 × 4096)` and `(2052 × 4096)·(4096 × 1024)`, each the best of 5; the JSON
+//!   line adds `gflops` per shape.
 //!
 //! `REPEATS=N` (default 1). Prints one JSON line: the stage, the seconds of each repeat, their
 //! minimum and the process's peak RSS (MiB, weights included: `VmHWM`).
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::time::Instant;
 
@@ -19,8 +33,10 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::memory::{self, CountingAlloc};
 use clipsculpt::autodiff::rng::Rng;
-use clipsculpt::shap_e::{PriorConfig, PriorTransformer};
+use clipsculpt::clip::{ClipVisionConfig, ClipVisionModelWithProjection};
+use clipsculpt::shap_e::{Decoder, PriorConfig, PriorTransformer, RendererConfig};
 use clipsculpt::weights::WeightFile;
+use common::guide_step::{normalize, step};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -38,19 +54,124 @@ fn main() -> Result<()> {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
-    let dir = std::path::Path::new(&model).join("shap_e").join("prior");
-    let text =
-        std::fs::read_to_string(dir.join("config.json")).map_err(candle_core::Error::wrap)?;
-    let prior_cfg: PriorConfig = serde_json::from_str(&text).map_err(candle_core::Error::wrap)?;
-    let prior = WeightFile::open(&dir.join("diffusion_pytorch_model.safetensors"))
-        .and_then(|f| {
-            f.build(DType::F32, &Device::Cpu, |vb| {
-                PriorTransformer::new(vb, &prior_cfg)
-            })
+    let model = std::path::Path::new(&model);
+    if stage == "matmul" {
+        return matmul_stage();
+    }
+    let seconds = match stage.as_str() {
+        "guide" => guide_stage(model, repeats, None)?,
+        "guide-ckpt" => guide_stage(model, repeats, Some(GUIDE_CHUNK))?,
+        _ => prior_stage(model, &stage, repeats)?,
+    };
+    let min = seconds.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "{}",
+        serde_json::json!({
+            "impl": "clipsculpt", "stage": stage, "seconds": seconds, "min_seconds": min,
+            "peak_rss_mib": peak_rss_mib(), "threads": rayon::current_num_threads(),
         })
-        .map_err(|e| candle_core::Error::Msg(e.to_string()))?
-        .model;
-    let cfg: serde_json::Value = serde_json::from_str(&text).map_err(candle_core::Error::wrap)?;
+    );
+    Ok(())
+}
+
+/// The prior's matrix-product shapes `(m, k, n)`.
+const MATMUL_SHAPES: [(usize, usize, usize); 3] =
+    [(2052, 1024, 1024), (2052, 1024, 4096), (2052, 4096, 1024)];
+
+/// The `matmul` stage: GFLOP/s of each of [`MATMUL_SHAPES`], the best of 5 products.
+fn matmul_stage() -> Result<()> {
+    let mut rng = Rng::new(3);
+    let mut gflops = Vec::new();
+    let mut seconds = Vec::new();
+    for (m, k, n) in MATMUL_SHAPES {
+        let a = rng.normal_tensor(&[m, k], &Device::Cpu)?;
+        let b = rng.normal_tensor(&[k, n], &Device::Cpu)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..5 {
+            let t = Instant::now();
+            drop(a.matmul(&b)?);
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        seconds.push(best);
+        gflops.push(2.0 * (m * k * n) as f64 / best / 1e9);
+    }
+    println!(
+        "{}",
+        serde_json::json!({
+            "impl": "clipsculpt", "stage": "matmul", "seconds": seconds, "gflops": gflops,
+            "shapes": MATMUL_SHAPES, "threads": rayon::current_num_threads(),
+        })
+    );
+    Ok(())
+}
+
+/// Rays per checkpointed chunk of the `guide-ckpt` stage (the CLI's default).
+const GUIDE_CHUNK: usize = 1024;
+
+/// A config file of `dir`, parsed.
+fn config<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(candle_core::Error::wrap)?;
+    serde_json::from_str(&text).map_err(candle_core::Error::wrap)
+}
+
+/// Builds a model from one safetensors file.
+fn build<M>(
+    path: &std::path::Path,
+    f: impl FnOnce(candle_nn::VarBuilder) -> Result<M>,
+) -> Result<M> {
+    WeightFile::open(path)
+        .and_then(|w| w.build(DType::F32, &Device::Cpu, f))
+        .map(|loaded| loaded.model)
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))
+}
+
+/// The `guide` stages: `repeats` guidance steps, ray chunks of `chunk` and checkpointed CLIP
+/// blocks when given.
+fn guide_stage(model: &std::path::Path, repeats: usize, chunk: Option<usize>) -> Result<Vec<f64>> {
+    let dir = model.join("shap_e").join("shap_e_renderer");
+    let cfg: RendererConfig = config(&dir.join("config.json"))?;
+    let decoder = build(&dir.join("diffusion_pytorch_model.safetensors"), |vb| {
+        Decoder::new(vb, &cfg)
+    })?;
+    let clip: serde_json::Value = config(&model.join("clip").join("config.json"))?;
+    let vit_cfg: ClipVisionConfig =
+        serde_json::from_value(clip["vision_config"].clone()).map_err(candle_core::Error::wrap)?;
+    let projection = clip["projection_dim"].as_u64().unwrap_or(512) as usize;
+    let vit = build(&model.join("clip").join("model.safetensors"), |vb| {
+        ClipVisionModelWithProjection::new(vb, &vit_cfg, projection)
+    })?;
+    let mut rng = Rng::new(3);
+    let shape = [1, cfg.latent_rows(), cfg.d_latent];
+    let latent0 = (rng.normal_tensor(&shape, &Device::Cpu)? * 0.3)?.clamp(-1f32, 1f32)?;
+    let text = normalize(&rng.normal_tensor(&[1, projection], &Device::Cpu)?)?;
+    let mut seconds = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let z = Var::from_tensor(&latent0)?;
+        let t = Instant::now();
+        let tower = (&vit, vit_cfg.image_size);
+        step(
+            &decoder,
+            tower,
+            &text,
+            &z,
+            (64, 2),
+            (64, 64),
+            chunk,
+            &Device::Cpu,
+        )?;
+        seconds.push(t.elapsed().as_secs_f64());
+    }
+    Ok(seconds)
+}
+
+/// The prior's stages (`prior-eval`, `prior-backward`, `prior-backward-ckpt`).
+fn prior_stage(model: &std::path::Path, stage: &str, repeats: usize) -> Result<Vec<f64>> {
+    let dir = model.join("shap_e").join("prior");
+    let prior_cfg: PriorConfig = config(&dir.join("config.json"))?;
+    let prior = build(&dir.join("diffusion_pytorch_model.safetensors"), |vb| {
+        PriorTransformer::new(vb, &prior_cfg)
+    })?;
+    let cfg: serde_json::Value = config(&dir.join("config.json"))?;
     let size = |key: &str| cfg[key].as_u64().map(|v| v as usize);
     let (tokens, width) = (size("num_embeddings"), size("embedding_dim"));
     let cond = size("embedding_proj_dim").or(width);
@@ -65,7 +186,7 @@ fn main() -> Result<()> {
     let mut seconds = Vec::with_capacity(repeats);
     for _ in 0..repeats {
         let t = Instant::now();
-        match stage.as_str() {
+        match stage {
             "prior-eval" => {
                 let input = Tensor::cat(&[&x, &x], 0)?;
                 drop(prior.forward_with_policy(&input, TIMESTEP, &emb, &Policy::None)?)
@@ -76,15 +197,7 @@ fn main() -> Result<()> {
         }
         seconds.push(t.elapsed().as_secs_f64());
     }
-    let min = seconds.iter().copied().fold(f64::INFINITY, f64::min);
-    println!(
-        "{}",
-        serde_json::json!({
-            "impl": "clipsculpt", "stage": stage, "seconds": seconds, "min_seconds": min,
-            "peak_rss_mib": peak_rss_mib(), "threads": rayon::current_num_threads(),
-        })
-    );
-    Ok(())
+    Ok(seconds)
 }
 
 /// The guided step's backward: the gradient of `Σ w ⊙ (u + s·(c − u))` with respect to `x`.

@@ -7,6 +7,8 @@
 //!   measured with; gpu: GPU-sized workloads; tiny: a seconds-long smoke run)
 #![allow(dead_code)]
 
+pub mod guide_step;
+
 use std::time::Instant;
 
 use candle_core::{DType, Device, Result};

@@ -4,7 +4,9 @@ diffusers' `PriorTransformer.from_pretrained`.
 
 Stages: `prior-eval` (one evaluation, batch 2, no graph), `prior-backward` (the guided x0
 prediction u + 3 (c - u) of a state x, loss sum(w * guided), backward to x),
-`prior-backward-ckpt` (the same with every block under `torch.utils.checkpoint`) and `export`:
+`prior-backward-ckpt` (the same with every block under `torch.utils.checkpoint`), `guide` and
+`guide-ckpt` (one guidance step at published sizes, see `guide_step`), `matmul` (torch's matrix
+product on the prior's shapes, as in benches/stages.rs) and `export`:
 the twin of `clipsculpt export LATENT --grid 128 --formats ply` on the latent that `--write-latent`
 writes. It follows diffusers' `ShapERenderer.decode_to_mesh` (load, params projection, the STF
 signed distance on a 128^3 grid in batches of 4096, a -1 border, marching cubes, the STF colour of
@@ -25,10 +27,14 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from diffusers import PriorTransformer
+from diffusers.pipelines.shap_e.renderer import encode_position
+from guide_cpu_v1 import DIRENC_DIM, OPENAI_MEAN, OPENAI_STD, orbit_rays
 from torch.utils.checkpoint import checkpoint
 
 TIMESTEP = 250.0
+MATMUL_SHAPES = [(2052, 1024, 1024), (2052, 1024, 4096), (2052, 4096, 1024)]
 CFG_SCALE = 3.0
 
 
@@ -64,6 +70,131 @@ def write_ply(path, verts, faces, rgb):
         ).encode())
         f.write(vert.tobytes())
         f.write(face.tobytes())
+
+
+def shade(mlp, weights, pts, fine):
+    """Raw density (r, s) and colour (r, s, 3) of the NeRF level at points (r, s, 3); the first
+    len(weights) layers take the latent's projected weights, the direction columns (always zero
+    in Shap-E rendering) are dropped, as in guide_cpu_v1.py."""
+    h = encode_position(pts.reshape(1, -1, 3))
+    layers = mlp.mlp
+    for i, layer in enumerate(layers):
+        if i < len(weights):
+            h = torch.baddbmm(layer.bias, h, weights[i].transpose(1, 2))
+        elif i == mlp.config.insert_direction_at:
+            h = F.linear(h, layer.weight[:, : layer.weight.shape[1] - DIRENC_DIM], layer.bias)
+        else:
+            h = layer(h)
+        if i < len(layers) - 1:
+            h = F.silu(h)
+    raw = h.reshape(*pts.shape[:2], -1)
+    density, rgb = (raw[..., 2], raw[..., 9:12]) if fine else (raw[..., 1], raw[..., 6:9])
+    return F.relu(density), torch.sigmoid(rgb)
+
+
+def composite(density, rgb, delta, hit):
+    """(r, 4): colour over black and opacity; rays that miss are transparent."""
+    tau = density * delta
+    mass = torch.cumsum(tau, 1)
+    before = torch.cat([torch.zeros_like(mass[:, :1]), mass[:, :-1]], 1)
+    w = (1 - torch.exp(-tau)) * torch.exp(-before)
+    colour = (rgb * w[..., None]).sum(1) * hit[:, None]
+    trans = torch.exp(-mass[:, -1]) * hit + (1 - hit)
+    return torch.cat([colour, (1 - trans)[:, None]], 1), w
+
+
+def partition(ts, t0, t1):
+    """Bin edges around sorted samples ts (r, s) in [t0, t1] (diffusers VolumeRange.partition)."""
+    mids = (ts[:, 1:] + ts[:, :-1]) / 2
+    return torch.cat([t0[:, None], mids], 1), torch.cat([mids, t1[:, None]], 1)
+
+
+def fine_chunk(mlp, o, d, ts, delta, hit, *weights):
+    pts = o[:, None, :] + ts[..., None] * d[:, None, :]
+    return composite(*shade(mlp, weights, pts, True), delta, hit)[0]
+
+
+def guide_step(renderer, vit, latent0, text, ckpt, res=64, views=2, n_coarse=64, n_fine=64, chunk=1024):
+    """One guidance step: `views` orbit views of res^2 rays, a graph-free coarse pass of
+    n_coarse stratified samples that places n_fine importance samples (diffusers'
+    ImportanceRaySampler, alpha 1e-5), the image from the fine pass over all samples, each view
+    over 4 grey backgrounds, bilinear resize to the tower's side, loss -mean cosine, backward.
+    ckpt: ray chunks of `chunk` under torch.utils.checkpoint (the vision tower's blocks are
+    checkpointed by the caller)."""
+    gen = torch.Generator().manual_seed(5)
+    z = latent0.clone().requires_grad_(True)
+    weights = list(renderer.params_proj(z).values())
+    cams = [orbit_rays(0.6 + v * 1.5, 0.5, 4.0, 0.7, res) for v in range(views)]
+    o, d = torch.cat([c[0] for c in cams]), torch.cat([c[1] for c in cams])
+    dd = torch.where(d < 0, d - 1e-6, d + 1e-6)
+    a, b = (-1.0 - o) / dd, (1.0 - o) / dd
+    t0 = torch.minimum(a, b).amax(-1).clamp(min=0.0)
+    t1 = torch.maximum(a, b).amin(-1)
+    hit = (t0 + 1e-3 < t1).float()
+    t0, t1 = t0 * hit, t1 * hit + (1 - hit)
+    u = torch.linspace(0.0, 1.0, n_coarse)
+    edges = t0[:, None] * (1 - u) + t1[:, None] * u
+    lower, upper = partition(edges, t0, t1)
+    ts_c = lower + (upper - lower) * torch.rand(o.shape[0], n_coarse, generator=gen)
+    lower, upper = partition(ts_c, t0, t1)
+    with torch.no_grad():
+        w = torch.cat([
+            composite(*shade(renderer.mlp, weights, o[s:s + chunk, None] + ts_c[s:s + chunk, :, None]
+                             * d[s:s + chunk, None], False), (upper - lower)[s:s + chunk], hit[s:s + chunk])[1]
+            for s in range(0, o.shape[0], chunk)
+        ])
+        pmf = (w + 1e-5) / (w + 1e-5).sum(1, keepdim=True)
+        inds = torch.searchsorted(torch.cumsum(pmf, 1), torch.rand(o.shape[0], n_fine, generator=gen))
+        inds = inds.clamp(0, n_coarse - 1)
+        lo, hi = torch.gather(lower, 1, inds), torch.gather(upper, 1, inds)
+        ts_f = lo + (hi - lo) * torch.rand(o.shape[0], n_fine, generator=gen)
+        ts = torch.sort(torch.cat([ts_c, ts_f], 1), 1).values
+        lower, upper = partition(ts, t0, t1)
+        delta = upper - lower
+    args = (o, d, ts, delta, hit)
+    if ckpt:
+        out = torch.cat([
+            checkpoint(fine_chunk, renderer.mlp, *(x[s:s + chunk] for x in args), *weights, use_reentrant=False)
+            for s in range(0, o.shape[0], chunk)
+        ])
+    else:
+        out = fine_chunk(renderer.mlp, *args, *weights)
+    rgb = out[:, :3].reshape(views, res, res, 3).permute(0, 3, 1, 2)
+    alpha = out[:, 3].reshape(views, 1, res, res)
+    images = torch.cat([rgb + (1 - alpha) * g for g in (0.0, 0.33, 0.66, 1.0)])
+    side = vit.config.image_size
+    images = F.interpolate(images, size=(side, side), mode="bilinear", align_corners=False, antialias=True)
+    mean = torch.tensor(OPENAI_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(OPENAI_STD).view(1, 3, 1, 1)
+    emb = vit(pixel_values=(images - mean) / std).image_embeds
+    loss = -(F.normalize(emb, dim=-1) @ text.T).mean()
+    loss.backward()
+    assert z.grad is not None
+
+
+def guide_stage(model, stage, repeats):
+    """The guide stages' seconds: the decoder and the vision tower loaded from `model`."""
+    from diffusers.pipelines.shap_e.renderer import ShapERenderer
+    from transformers import CLIPVisionModelWithProjection
+
+    renderer = ShapERenderer.from_pretrained(f"{model}/shap_e/shap_e_renderer").eval()
+    renderer.requires_grad_(False)
+    vit = CLIPVisionModelWithProjection.from_pretrained(f"{model}/clip")
+    vit.requires_grad_(False)
+    vit.train(False)
+    ckpt = stage == "guide-ckpt"
+    if ckpt:
+        vit.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        vit.train(True)  # transformers only checkpoints in training mode; the model has no dropout
+    gen = torch.Generator().manual_seed(3)
+    latent0 = (torch.randn(1, 1024, 1024, generator=gen) * 0.3).clamp(-1, 1)
+    text = F.normalize(torch.randn(1, vit.config.projection_dim, generator=gen), dim=-1)
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        guide_step(renderer, vit, latent0, text, ckpt)
+        seconds.append(time.perf_counter() - start)
+    return seconds
 
 
 @torch.no_grad()
@@ -122,6 +253,31 @@ def main():
         print(json.dumps({
             "impl": "pytorch", "stage": "export", "seconds": seconds, "min_seconds": min(seconds),
             "peak_rss_mib": peak, "vertices": vertices, "threads": torch.get_num_threads(),
+        }))
+        return
+    if args.stage == "matmul":
+        gen = torch.Generator().manual_seed(3)
+        seconds, gflops = [], []
+        for m, k, n in MATMUL_SHAPES:
+            a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+            best = float("inf")
+            for _ in range(5):
+                start = time.perf_counter()
+                a @ b
+                best = min(best, time.perf_counter() - start)
+            seconds.append(best)
+            gflops.append(2 * m * k * n / best / 1e9)
+        print(json.dumps({
+            "impl": "pytorch", "stage": "matmul", "seconds": seconds, "gflops": gflops,
+            "shapes": MATMUL_SHAPES, "threads": torch.get_num_threads(), "torch": torch.__version__,
+        }))
+        return
+    if args.stage in ("guide", "guide-ckpt"):
+        seconds = guide_stage(args.model, args.stage, args.repeats)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        print(json.dumps({
+            "impl": "pytorch", "stage": args.stage, "seconds": seconds, "min_seconds": min(seconds),
+            "peak_rss_mib": peak, "threads": torch.get_num_threads(), "torch": torch.__version__,
         }))
         return
     prior = PriorTransformer.from_pretrained(f"{args.model}/shap_e/prior").eval()

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-1}
-stages=${2:-"prior-eval prior-backward prior-backward-ckpt export"}
+stages=${2:-"matmul prior-eval prior-backward prior-backward-ckpt guide-ckpt export"}
 py=${PY:-python3}
 model=${MODEL:?set MODEL to a random-models --preset published folder}
 cargo bench --bench stages --no-run >/dev/null 2>&1

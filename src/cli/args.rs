@@ -70,6 +70,10 @@ pub(super) struct GenerateArgs {
     /// side, within 24..=64]
     #[arg(long)]
     pub(crate) resolution: Option<usize>,
+    /// Side in pixels of the four held-aside views that score the result [default: the scoring
+    /// CLIP's input side within 32..=64, upsampled to the CLIP's input]
+    #[arg(long)]
+    pub(crate) eval_resolution: Option<usize>,
     /// Checkpoint policy for decoder chunks and CLIP blocks: none, blocks, sqrt, every:K, last:N.
     #[arg(long, default_value = "blocks")]
     pub(crate) checkpoint: Policy,
@@ -122,6 +126,9 @@ impl GenerateArgs {
         if let Some(r) = a.resolution.filter(|r| !(4..=1024).contains(r)) {
             bail!("--resolution {r} is out of range (4..=1024)");
         }
+        if let Some(r) = a.eval_resolution.filter(|r| !(4..=1024).contains(r)) {
+            bail!("--eval-resolution {r} is out of range (4..=1024)");
+        }
         if a.views == 0 || a.grid < 8 || a.grid > 512 {
             bail!("--views must be at least 1 and --grid within 8..=512");
         }
@@ -159,6 +166,7 @@ impl GenerateArgs {
             lr: a.lr,
             views: a.views,
             resolution: a.resolution.unwrap_or(0),
+            eval_resolution: a.eval_resolution.unwrap_or(0),
             samples,
             chunk_rays,
             clip_policy,

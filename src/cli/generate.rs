@@ -78,6 +78,7 @@ impl Generate {
                 report.trace.skipped,
                 out.display()
             );
+            eprintln!("time {}", report.seconds.summary());
         }
         Ok(ExitCode::from(EXIT_OK))
     }

@@ -32,7 +32,7 @@ pub struct GuideSettings {
     /// Score the latent on the held-aside views every this many steps and keep the best (0: only
     /// the start and the end are scored).
     pub eval_every: usize,
-    /// Side of the held-aside views (0: the scoring CLIP's input size, at least 32).
+    /// Side of the held-aside views (0: automatic, [`GuideSettings::eval_side`]).
     pub eval_resolution: usize,
     /// Weight of the contrastive part of the CLIP term ([`super::Target`]); 0 uses the bare
     /// cosine.
@@ -109,12 +109,37 @@ impl GuideSettings {
         }
     }
 
-    /// Side of the held-aside views for a scoring CLIP of input side `clip_side`.
+    /// Side of the held-aside views for a scoring CLIP of input side `clip_side`:
+    /// [`Self::eval_resolution`], or automatically `clip_side` within
+    /// 32..=[`AUTO_RESOLUTION_MAX`], upsampled to the CLIP's input like the guided views. A
+    /// 224 px CLIP's held-aside views thus render 64² rays instead of 224² (12× fewer); the toy's
+    /// 64 px scorer keeps its full side.
     pub(crate) fn eval_side(&self, clip_side: usize) -> usize {
         if self.eval_resolution == 0 {
-            clip_side.max(32)
+            clip_side.clamp(32, AUTO_RESOLUTION_MAX)
         } else {
             self.eval_resolution
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn automatic_sides_follow_the_scoring_clip() {
+        let s = GuideSettings::default();
+        // Published CLIPs (224 px): guided views 64 px, held-aside views 64 px, both upsampled.
+        assert_eq!((s.render_side(224), s.eval_side(224)), (64, 64));
+        // The toy's 64 px scorer: guided views 24 px, held-aside views at the full side.
+        assert_eq!((s.render_side(64), s.eval_side(64)), (24, 64));
+        assert_eq!(s.eval_side(16), 32);
+        let asked = GuideSettings {
+            resolution: 40,
+            eval_resolution: 224,
+            ..GuideSettings::default()
+        };
+        assert_eq!((asked.render_side(224), asked.eval_side(224)), (40, 224));
     }
 }

@@ -21,4 +21,4 @@ pub(crate) use layer_norm::{ln_backward, ln_forward, ln_stats};
 pub(crate) use matmul::{matmul, matmul_serial, matmul_with, Mat, Write};
 pub(crate) use real::Real;
 pub(crate) use rows::{add_row, fill_rows};
-pub(crate) use softmax::softmax_rows;
+pub(crate) use softmax::{softmax_rows, softmax_rows_f32};

@@ -139,6 +139,33 @@ pub struct StageSeconds {
     pub total: f64,
 }
 
+impl StageSeconds {
+    /// One line for the progress output: the total, then each stage that took at least 5 ms,
+    /// in the order they ran (`mesh` = grid, surface and colours; `files` = every export file).
+    pub fn summary(&self) -> String {
+        let mesh = self.mesh_grid + self.mesh_surface + self.mesh_colours;
+        let files: f64 = self.files.values().sum();
+        let parts = [
+            ("loading", self.loading),
+            ("sampling", self.sampling),
+            ("scoring", self.scoring),
+            ("exploring", self.exploring),
+            ("optimizing", self.optimizing),
+            ("latents", self.latents),
+            ("previews", self.previews),
+            ("mesh", mesh),
+            ("files", files),
+            ("other", self.other),
+        ];
+        let shown: Vec<String> = parts
+            .iter()
+            .filter(|(_, s)| *s >= 0.005)
+            .map(|(name, s)| format!("{name} {s:.2}"))
+            .collect();
+        format!("{:.2} s: {}", self.total, shown.join(", "))
+    }
+}
+
 /// What a run wrote to `report.json`.
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -188,4 +215,32 @@ pub struct Report {
     pub no_mesh: Option<String>,
     /// Files written.
     pub files: Vec<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_time_summary_lists_the_stages_that_took_time() {
+        let s = StageSeconds {
+            loading: 0.001,
+            sampling: 3.0,
+            scoring: 0.3,
+            exploring: 0.0,
+            optimizing: 0.0,
+            latents: 0.002,
+            previews: 0.29,
+            mesh_grid: 0.2,
+            mesh_surface: 0.003,
+            mesh_colours: 0.005,
+            files: BTreeMap::from([("mesh.glb".to_string(), 0.01), ("mesh.ply".into(), 0.02)]),
+            other: 0.004,
+            total: 3.9,
+        };
+        assert_eq!(
+            s.summary(),
+            "3.90 s: sampling 3.00, scoring 0.30, previews 0.29, mesh 0.21, files 0.03"
+        );
+    }
 }

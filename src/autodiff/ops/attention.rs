@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use candle_core::{Result, Tensor, D};
 
+use super::softmax::softmax_last_dim;
 use crate::autodiff::vjp::{attach, Vjp};
 
 /// The most bytes of probabilities (one `t × t` matrix per pair) alive at once, forward or backward.
@@ -48,7 +49,7 @@ fn chunk_pairs(t: usize, elem_bytes: usize) -> usize {
 
 /// `softmax(q·kᵀ)` for `(n, t, d)` chunks.
 fn probabilities(q: &Tensor, k: &Tensor) -> Result<Tensor> {
-    candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?)?)
+    softmax_last_dim(&q.matmul(&k.t()?)?)
 }
 
 fn backward(v: &Vjp, pairs: usize, t: usize, d: usize, step: usize) -> Result<Vec<Option<Tensor>>> {

@@ -2,9 +2,41 @@
 
 use std::sync::Arc;
 
-use candle_core::{Result, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, D};
 
+use super::contiguous_slice;
 use crate::autodiff::vjp::attach;
+use crate::kernels::softmax_rows_f32;
+
+/// Softmax along the last dimension, without a graph: f32 on the CPU runs
+/// [`softmax_rows_f32`] (vectorised `exp`, rows in parallel); other dtypes and devices run
+/// candle's kernel.
+pub(crate) fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
+    let x = x.detach().contiguous()?;
+    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+        x.apply_op1_no_bwd(&FastSoftmax)
+    } else {
+        candle_nn::ops::softmax_last_dim(&x)
+    }
+}
+
+/// The CPU f32 kernel of [`softmax_last_dim`].
+struct FastSoftmax;
+
+impl CustomOp1 for FastSoftmax {
+    fn name(&self) -> &'static str {
+        "fast_softmax"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(v) = s else {
+            candle_core::bail!("fast_softmax: f32 only (bug)");
+        };
+        let mut out = contiguous_slice(v, l, "fast_softmax")?.to_vec();
+        softmax_rows_f32(&mut out, l.dims().last().copied().unwrap_or(1));
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+}
 
 /// Differentiable softmax along `dim` (fused kernel forward on the last dimension).
 pub(crate) fn softmax<Dim: candle_core::shape::Dim>(x: &Tensor, dim: Dim) -> Result<Tensor> {
@@ -13,7 +45,7 @@ pub(crate) fn softmax<Dim: candle_core::shape::Dim>(x: &Tensor, dim: Dim) -> Res
     if dim != last {
         return softmax(&x.transpose(dim, last)?, D::Minus1)?.transpose(dim, last);
     }
-    let y = candle_nn::ops::softmax_last_dim(&x.detach().contiguous()?)?;
+    let y = softmax_last_dim(x)?;
     attach(
         "softmax",
         y,
