@@ -35,6 +35,7 @@ fn bad_arguments_are_usage_errors() {
         &["--device", "tpu", "info"][..],
         &["generate", "a cube", "--checkpoint", "every:0"],
         &["generate", "a cube", "--memory-budget", "lots"],
+        &["generate", "a cube", "--eval-resolution", "2"],
         &["batch", "p.txt", "--shard", "3/3"],
         &["generate", "a cube", "--model", "./no/such/folder"],
     ] {
@@ -208,16 +209,17 @@ fn generate_writes_every_output() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("red-cube");
     let o = clipsculpt(
-        &with_fast(&[
-            "-q",
-            "generate",
-            "a red cube",
-            "--out",
-            out.to_str().unwrap(),
-        ]),
+        &with_fast(&["generate", "a red cube", "--out", out.to_str().unwrap()]),
         &[],
     );
     assert!(o.status.success(), "{}", stderr(&o));
+    // Where the time went, one line after the result.
+    let time = stderr(&o);
+    let time = time.lines().find(|l| l.starts_with("time ")).unwrap_or("");
+    assert!(
+        time.contains(" s: ") && time.contains("sampling"),
+        "{time:?}"
+    );
     for f in ["mesh.glb", "mesh.ply"].iter().chain(&RUN_FILES_BUT_MESH) {
         assert!(out.join(f).is_file(), "{f} missing");
     }

@@ -52,6 +52,11 @@ pub(super) struct TrainToy {
     /// keeping its decoder, latents and CLIPs.
     #[arg(long, conflicts_with_all = ["reuse_clip", "only_scorer"])]
     only_prior: bool,
+    /// Share of the prior's training pairs replaced by mixups of two pairs (latent and
+    /// conditioning mixed with one weight), an experiment toward a prior that generalises; 0 =
+    /// plain pairs, as the shipped worlds were trained.
+    #[arg(long, default_value_t = 0.0)]
+    prior_mixup: f32,
 }
 
 impl TrainToy {
@@ -75,6 +80,11 @@ impl TrainToy {
         settings.only_scorer = self.only_scorer;
         settings.decoder.factorized = !self.per_object_latents;
         settings.only_prior = self.only_prior;
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.prior_mixup),
+            "--prior-mixup must be within 0..=1"
+        );
+        settings.prior.mixup = self.prior_mixup;
         if let Some(h) = &self.held_out {
             settings.held_out = parse_split(h).map_err(|e| anyhow::anyhow!("--held-out: {e}"))?;
         }

@@ -140,6 +140,7 @@ impl ToyTrainSettings {
                 lr: 1e-3,
                 repeats: 1,
                 cond_dropout: 0.1,
+                mixup: 0.0,
                 seed: seed + 3,
             },
             // The toy prior memorises its 30 latents; extrapolating beyond the conditional

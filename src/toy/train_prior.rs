@@ -27,6 +27,11 @@ pub(crate) struct PriorTrainSettings {
     pub(crate) repeats: usize,
     /// Probability of replacing the conditioning by the unconditional (zero) embedding.
     pub(crate) cond_dropout: f32,
+    /// Probability that a batch element is a mixup: `λ·(latent, conditioning)` of its own pair plus
+    /// `(1 − λ)·` another's, `λ ~ U(0, 1)`, the conditioning renormalised, which asks the map from
+    /// conditioning to latent to be smooth between training pairs (0: plain pairs, the shipped
+    /// worlds).
+    pub(crate) mixup: f32,
     /// Seed of the initial weights and every draw.
     pub(crate) seed: u64,
 }
@@ -80,6 +85,7 @@ pub(crate) fn train_prior(
         let mut scale_noise = Vec::with_capacity(b);
         let mut scale_in = Vec::with_capacity(b);
         let mut cond = Vec::with_capacity(b);
+        let mut mix = vec![0f32; b * n];
         for i in 0..b {
             let t = rng.below(sigmas.len());
             let sigma = sigmas[t];
@@ -87,7 +93,17 @@ pub(crate) fn train_prior(
             scale_noise.push(sigma);
             scale_in.push(1.0 / (sigma * sigma + 1.0).sqrt());
             let c = &conds[i % n];
-            let row = c.get(rng.below(c.dim(0)?))?;
+            let mut row = c.get(rng.below(c.dim(0)?))?;
+            mix[i * n + i % n] = 1.0;
+            if s.mixup > 0.0 && rng.uniform() < s.mixup {
+                let (j, lambda) = (rng.below(n), rng.uniform());
+                let other = conds[j].get(rng.below(conds[j].dim(0)?))?;
+                // Renormalised, as every conditioning is (`sampler::condition`).
+                let mixed = ((row * lambda as f64)? + (other * (1.0 - lambda) as f64)?)?;
+                row = sampler::condition(&mixed)?;
+                mix[i * n + i % n] = lambda;
+                mix[i * n + j] += 1.0 - lambda;
+            }
             cond.push(if rng.uniform() < s.cond_dropout {
                 sampler::unconditional(&row)?
             } else {
@@ -95,6 +111,14 @@ pub(crate) fn train_prior(
             });
         }
         let col = |v: Vec<f32>| Tensor::from_vec(v, (b, 1, 1), dev);
+        let x0 = if s.mixup > 0.0 {
+            let flat = latents.reshape((n, ()))?;
+            Tensor::from_vec(mix, (b, n), dev)?
+                .matmul(&flat)?
+                .reshape(x0.dims())?
+        } else {
+            x0.clone()
+        };
         let eps = rng.normal_tensor(x0.dims(), dev)?;
         let x_t = (&x0 + eps.broadcast_mul(&col(scale_noise)?)?)?.broadcast_mul(&col(scale_in)?)?;
         let cond = Tensor::stack(&cond, 0)?;
@@ -138,6 +162,7 @@ mod tests {
             lr: 3e-3,
             repeats: 4,
             cond_dropout: 0.1,
+            mixup: 0.0,
             seed: 1,
         };
         let sched = SchedulerConfig::shap_e();
@@ -172,6 +197,46 @@ mod tests {
             };
             assert!(d(i)? < d(1 - i)?, "sample {i} is nearer the other latent");
         }
+        Ok(())
+    }
+
+    /// With mixup, the conditioning halfway between two pairs' gives a sample nearer the halfway
+    /// latent than either latent: the mixed pairs were trained on.
+    #[test]
+    fn mixup_trains_the_map_between_pairs() -> Result<()> {
+        let dev = Device::Cpu;
+        let cfg: PriorConfig = serde_json::from_value(serde_json::json!({
+            "num_attention_heads": 2, "attention_head_dim": 8, "num_layers": 1, "embedding_dim": 16,
+            "num_embeddings": 4, "additional_embeddings": 0, "dropout": 0.0, "time_embed_act_fn": "gelu",
+            "norm_in_type": "layer", "embedding_proj_norm_type": null, "encoder_hid_proj_type": null,
+            "added_emb_type": null, "time_embed_dim": 64, "embedding_proj_dim": 8, "clip_embed_dim": 32
+        }))
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let mut rng = Rng::new(5);
+        let latents = rng.uniform_tensor(&[2, 4, 16], &dev)?.affine(1.6, -0.8)?;
+        let embeds = [
+            rng.normal_tensor(&[1, 8], &dev)?,
+            rng.normal_tensor(&[1, 8], &dev)?,
+        ];
+        let s = PriorTrainSettings {
+            steps: 200,
+            lr: 3e-3,
+            repeats: 8,
+            cond_dropout: 0.0,
+            mixup: 0.5,
+            seed: 1,
+        };
+        let sched = SchedulerConfig::shap_e();
+        let out = train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {})?;
+        let prior =
+            PriorTransformer::new(VarBuilder::from_varmap(&out.varmap, DType::F32, &dev), &cfg)?;
+        let half = (sampler::condition(&embeds[0])? + sampler::condition(&embeds[1])?)?;
+        let noise = rng.normal_tensor(&[1, 64], &dev)?;
+        let z = sampler::sample_latents_from(&prior, &sched, &half, &noise, 16, 1.0)?.get(0)?;
+        let mid = ((latents.get(0)? + latents.get(1)?)? * 0.5)?;
+        let d = |t: &Tensor| -> Result<f32> { (&z - t)?.sqr()?.mean_all()?.to_scalar() };
+        let (to_mid, to_a, to_b) = (d(&mid)?, d(&latents.get(0)?)?, d(&latents.get(1)?)?);
+        assert!(to_mid < to_a.min(to_b), "{to_mid} vs {to_a}, {to_b}");
         Ok(())
     }
 }
