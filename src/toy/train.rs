@@ -752,6 +752,9 @@ fn command_line(s: &ToyTrainSettings) -> String {
             .collect();
         c.push_str(&format!(" --held-out '{}'", held.join(",")));
     }
+    if s.prior.mixup > 0.0 {
+        c.push_str(&format!(" --prior-mixup {}", s.prior.mixup));
+    }
     c
 }
 
@@ -818,6 +821,19 @@ pub(crate) fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String
 mod tests {
     use super::*;
     use crate::pipeline::Models;
+
+    /// The manifest's command line reproduces the prior's mixup (and omits it when off).
+    #[test]
+    fn the_command_line_records_the_prior_mixup() {
+        let mut s = ToyTrainSettings::full(0);
+        s.only_prior = true;
+        assert_eq!(command_line(&s), "clipsculpt train-toy --seed 0 --only-prior");
+        s.prior.mixup = 0.5;
+        assert_eq!(
+            command_line(&s),
+            "clipsculpt train-toy --seed 0 --only-prior --prior-mixup 0.5"
+        );
+    }
 
     fn mean(v: &[f32]) -> f32 {
         v.iter().sum::<f32>() / v.len() as f32
