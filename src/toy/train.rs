@@ -827,7 +827,10 @@ mod tests {
     fn the_command_line_records_the_prior_mixup() {
         let mut s = ToyTrainSettings::full(0);
         s.only_prior = true;
-        assert_eq!(command_line(&s), "clipsculpt train-toy --seed 0 --only-prior");
+        assert_eq!(
+            command_line(&s),
+            "clipsculpt train-toy --seed 0 --only-prior"
+        );
         s.prior.mixup = 0.5;
         assert_eq!(
             command_line(&s),
