@@ -122,6 +122,15 @@ class Renderer(torch.nn.Module):
         return torch.cat(outs, 0)
 
 
+def clip_loss(vit, images, text, side):
+    """-mean cosine of the images (bilinear resize to side, CLIP normalisation) with the text."""
+    images = F.interpolate(images, size=(side, side), mode="bilinear", align_corners=False, antialias=True)
+    mean = torch.tensor(OPENAI_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(OPENAI_STD).view(1, 3, 1, 1)
+    emb = vit(pixel_values=(images - mean) / std).image_embeds
+    return -(F.normalize(emb, dim=-1) @ text.T).mean()
+
+
 def step(renderer, vit, latent0, text, res, ckpt):
     z = latent0.clone().requires_grad_(True)
     o, d = orbit_rays(0.6, 0.5, 4.0, 0.7, res)
@@ -129,11 +138,7 @@ def step(renderer, vit, latent0, text, res, ckpt):
     rgb = out[:, :3].reshape(res, res, 3).permute(2, 0, 1)
     alpha = out[:, 3].reshape(1, res, res)
     images = torch.stack([rgb + (1 - alpha) * g for g in (0.0, 0.33, 0.66, 1.0)])
-    images = F.interpolate(images, size=(224, 224), mode="bilinear", align_corners=False, antialias=True)
-    mean = torch.tensor(OPENAI_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(OPENAI_STD).view(1, 3, 1, 1)
-    emb = vit(pixel_values=(images - mean) / std).image_embeds
-    loss = -(F.normalize(emb, dim=-1) @ text.T).mean()
+    loss = clip_loss(vit, images, text, 224)
     loss.backward()
     assert z.grad is not None
     return loss.item()

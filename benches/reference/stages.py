@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from diffusers import PriorTransformer
 from diffusers.pipelines.shap_e.renderer import encode_position
-from guide_cpu_v1 import DIRENC_DIM, OPENAI_MEAN, OPENAI_STD, orbit_rays
+from guide_cpu_v1 import DIRENC_DIM, clip_loss, orbit_rays
 from torch.utils.checkpoint import checkpoint
 
 TIMESTEP = 250.0
@@ -162,13 +162,7 @@ def guide_step(renderer, vit, latent0, text, ckpt, res=64, views=2, n_coarse=64,
     rgb = out[:, :3].reshape(views, res, res, 3).permute(0, 3, 1, 2)
     alpha = out[:, 3].reshape(views, 1, res, res)
     images = torch.cat([rgb + (1 - alpha) * g for g in (0.0, 0.33, 0.66, 1.0)])
-    side = vit.config.image_size
-    images = F.interpolate(images, size=(side, side), mode="bilinear", align_corners=False, antialias=True)
-    mean = torch.tensor(OPENAI_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(OPENAI_STD).view(1, 3, 1, 1)
-    emb = vit(pixel_values=(images - mean) / std).image_embeds
-    loss = -(F.normalize(emb, dim=-1) @ text.T).mean()
-    loss.backward()
+    clip_loss(vit, images, text, vit.config.image_size).backward()
     assert z.grad is not None
 
 
