@@ -100,6 +100,13 @@ impl LayerNorm {
     }
 }
 
+impl LayerNorm {
+    /// The input gradient for the output gradient `g`, weight and bias frozen (no graph).
+    pub(crate) fn input_grad(&self, x: &Tensor, g: &Tensor) -> Result<Tensor> {
+        ops::layer_norm_input_grad(x, &self.weight, g, self.eps)
+    }
+}
+
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         ops::layer_norm(x, &self.weight, self.bias.as_ref(), self.eps)

@@ -16,7 +16,7 @@ use candle_nn::VarBuilder;
 use super::config::{Activation, NormType, PriorConfig};
 use crate::autodiff::checkpoint::{measure_costs, run_chain, Block, BlockCost, Plan, Policy};
 use crate::autodiff::nn::{layer_norm, linear, param, LayerNorm, Linear};
-use crate::autodiff::ops;
+use crate::autodiff::ops::{self, linear_input_grad};
 
 const LN_EPS: f64 = 1e-5;
 /// Block-input-sized tensors that the layers outside the blocks keep during a guided evaluation's backward
@@ -49,21 +49,64 @@ impl Attention {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let [q, k, v] = self.heads(x)?;
+        self.to_out
+            .forward(&merge_heads(&ops::attention(&q, &k, &v)?)?)
+    }
+
+    /// `q` (scaled), `k`, `v` of `x (n, t, d)`, each `(n, heads, t, head_dim)`.
+    fn heads(&self, x: &Tensor) -> Result<[Tensor; 3]> {
         let (n, t, _) = x.dims3()?;
         let split = |y: Tensor| -> Result<Tensor> {
             y.reshape((n, t, self.heads, self.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let scale = (self.head_dim as f64).powf(-0.5);
-        let q = (split(self.to_q.forward(x)?)? * scale)?;
+        let q = (split(self.to_q.forward(x)?)? * self.scale())?;
         let k = split(self.to_k.forward(x)?)?;
         let v = split(self.to_v.forward(x)?)?;
-        let o = ops::attention(&q, &k, &v)?
-            .transpose(1, 2)?
-            .reshape((n, t, ()))?;
-        self.to_out.forward(&o)
+        Ok([q, k, v])
     }
+
+    fn scale(&self) -> f64 {
+        (self.head_dim as f64).powf(-0.5)
+    }
+
+    /// The gradient reaching the attention's input from `g_out`, the gradient of its output;
+    /// `q`, `k`, `v`, `o` as in the forward (consumed: each is dropped once used).
+    fn input_grad(&self, qkvo: [Tensor; 4], g_out: &Tensor) -> Result<Tensor> {
+        let [q, k, v, o] = qkvo;
+        let (n, heads, t, hd) = q.dims4()?;
+        let g_o = linear_input_grad(g_out, self.to_out.weight(), g_out)?
+            .reshape((n, t, heads, hd))?
+            .transpose(1, 2)?;
+        let [dq, dk, dv] = ops::attention_grads([&q, &k, &v], &o, &g_o)?;
+        drop((q, k, v, o, g_o));
+        let back = |d: Option<Tensor>, lin: &Linear, scale: Option<f64>| -> Result<Tensor> {
+            let d = d.ok_or_else(|| {
+                candle_core::Error::Msg("attention gradient missing (bug)".into())
+            })?;
+            let d = match scale {
+                Some(s) => d.affine(s, 0.)?,
+                None => d,
+            };
+            linear_input_grad(
+                &d.transpose(1, 2)?.reshape((n, t, heads * hd))?,
+                lin.weight(),
+                g_out,
+            )
+        };
+        // The order in which candle's backward accumulates the three contributions (v, k, q).
+        let acc = back(dv, &self.to_v, None)?;
+        let acc = (acc + back(dk, &self.to_k, None)?)?;
+        acc + back(dq, &self.to_q, Some(self.scale()))?
+    }
+}
+
+/// `(n, heads, t, head_dim)` back to `(n, t, heads·head_dim)`.
+fn merge_heads(o: &Tensor) -> Result<Tensor> {
+    let (n, _, t, _) = o.dims4()?;
+    o.transpose(1, 2)?.reshape((n, t, ()))
 }
 
 /// `ff`: `net.0.proj` → exact GELU → (`net.1` dropout) → `net.2`.
@@ -114,6 +157,27 @@ impl Block for PriorBlock {
     fn forward(&self, x: &Tensor, _context: &[Tensor]) -> Result<Tensor> {
         let h = (x + self.attn1.forward(&self.norm1.forward(x)?)?)?;
         &h + self.ff.forward(&self.norm3.forward(&h)?)?
+    }
+
+    /// The block's VJP by hand. A recorded graph keeps every intermediate until its backward
+    /// ends (23 block-input-sized tensors here); this forward keeps `q`, `k`, `v`, the attention
+    /// output, `h` and the pre-activation (9), and the backward drops each once it is used. The
+    /// operations are the graph's own, in its order, so the gradient is bitwise the graph's.
+    fn input_vjp(&self, x: &Tensor, _context: &[Tensor], g: &Tensor) -> Result<Option<Tensor>> {
+        let [q, k, v] = self.attn1.heads(&self.norm1.forward(x)?)?;
+        let o = ops::attention(&q, &k, &v)?;
+        let h = (x + self.attn1.to_out.forward(&merge_heads(&o)?)?)?;
+        let pre = self.ff.net_0_proj.forward(&self.norm3.forward(&h)?)?;
+        // Backward: feed-forward, then attention, each residual's gradient added as candle does.
+        let g_act = linear_input_grad(g, self.ff.net_2.weight(), &pre)?;
+        let g_pre = Activation::GeluErf.input_grad(&pre, &g_act)?;
+        drop((g_act, pre));
+        let g_a3 = linear_input_grad(&g_pre, self.ff.net_0_proj.weight(), &h)?;
+        drop(g_pre);
+        let g_h = (g + self.norm3.input_grad(&h, &g_a3)?)?;
+        drop((h, g_a3));
+        let g_a1 = self.attn1.input_grad([q, k, v, o], &g_h)?;
+        Ok(Some((g_h + self.norm1.input_grad(x, &g_a1)?)?))
     }
 }
 

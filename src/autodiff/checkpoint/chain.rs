@@ -7,17 +7,27 @@ use candle_core::{Result, Tensor, Var};
 
 use super::budget::BlockCost;
 use super::plan::Plan;
-use super::segment::checkpoint;
+use super::segment::{checkpoint, recompute_unchunked};
 use crate::autodiff::memory;
-use crate::autodiff::vjp::backward_with_grad;
+use crate::autodiff::vjp::{attach, backward_with_grad, Vjp};
 
 /// One block of a chain: `x -> block(x, context)`.
 ///
 /// `context` holds the tensors every block sees (attention masks, latent-derived weights, random
-/// draws made outside); those that track a gradient receive one, summed over the blocks.
+/// draws made outside); those that track a gradient receive one, summed over the blocks. The
+/// block's own weights are constants to a checkpointed segment: train under [`Plan`]s without
+/// checkpointed segments (`Policy::None`).
 pub trait Block: Send + Sync {
     /// The block's forward pass. Must be deterministic given its inputs.
     fn forward(&self, x: &Tensor, context: &[Tensor]) -> Result<Tensor>;
+
+    /// The gradient of `Σ forward(x) ⊙ g` with respect to `x`, computed without a graph and bitwise
+    /// equal to the graph's, for blocks with a hand-written VJP that keeps fewer activations than
+    /// a recorded graph. `None` (the default) when there is none; a checkpointed single block is
+    /// then recomputed with a graph, as it is whenever `context` tracks a gradient.
+    fn input_vjp(&self, _x: &Tensor, _context: &[Tensor], _g: &Tensor) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
 }
 
 /// Runs `blocks` over `x` following `plan`.
@@ -35,7 +45,9 @@ where
     let mut h = x.clone();
     for seg in &plan.segments {
         let seg_blocks = &blocks[seg.blocks.clone()];
-        h = if seg.checkpointed {
+        h = if seg.checkpointed && seg_blocks.len() == 1 {
+            checkpoint_block(seg_blocks[0].clone(), &h, context)?
+        } else if seg.checkpointed {
             let owned: Arc<Vec<B>> = Arc::new(seg_blocks.to_vec());
             let mut inputs = vec![h];
             inputs.extend_from_slice(context);
@@ -47,6 +59,33 @@ where
         };
     }
     Ok(h)
+}
+
+/// One checkpointed block: forward without a graph, keeping `x`; backward by the block's
+/// [`Block::input_vjp`] where it has one, else by recomputing it with a graph.
+fn checkpoint_block<B>(block: B, x: &Tensor, context: &[Tensor]) -> Result<Tensor>
+where
+    B: Block + 'static,
+{
+    let ctx: Vec<Tensor> = context.iter().map(|t| t.detach()).collect();
+    let out = block.forward(&x.detach(), &ctx)?;
+    let mut inputs = vec![x];
+    inputs.extend(context);
+    let lean = Arc::new(move |v: &Vjp| -> Result<Vec<Option<Tensor>>> {
+        let (x, ctx) = (&v.inputs[0], &v.inputs[1..]);
+        let context_tracks = (1..v.inputs.len()).any(|i| v.needs(i));
+        if !context_tracks {
+            if let Some(gx) = block.input_vjp(x, ctx, v.grad)? {
+                let mut grads = vec![Some(gx)];
+                grads.resize(v.inputs.len(), None);
+                return Ok(grads);
+            }
+        }
+        recompute_unchunked(v, &|_: &[Tensor], ins: &[Tensor]| {
+            block.forward(&ins[0], &ins[1..])
+        })
+    });
+    attach("checkpoint", out, &inputs, lean)
 }
 
 fn forward_all<B: Block>(blocks: &[B], x: &Tensor, context: &[Tensor]) -> Result<Tensor> {

@@ -21,6 +21,9 @@ use crate::autodiff::vjp::{attach, backward_with_grad, Vjp};
 /// batched row. For an unchunked segment `batched` is empty.
 pub(crate) type SegmentFn = dyn Fn(&[Tensor], &[Tensor]) -> Result<Tensor> + Send + Sync;
 
+/// A segment as the backward borrows it (any lifetime).
+type RecomputeFn<'a> = dyn Fn(&[Tensor], &[Tensor]) -> Result<Tensor> + 'a;
+
 /// Runs `f(inputs)` as a checkpointed segment: only `inputs` are kept; backward recomputes.
 ///
 /// Inputs that track a gradient receive one; the others (masks, random draws) are passed through.
@@ -86,12 +89,17 @@ pub(crate) fn chunked(
     )
 }
 
+/// The backward of an unchunked segment `f(inputs)`: recompute with a graph, take the VJP.
+pub(crate) fn recompute_unchunked(v: &Vjp, f: &RecomputeFn) -> Result<Vec<Option<Tensor>>> {
+    recompute(v, 0, &chunk_ranges(1, usize::MAX), f)
+}
+
 /// The backward: per chunk, recompute with `Var` inputs and take the VJP with the gradient slice.
 fn recompute(
     v: &Vjp,
     nb: usize,
     ranges: &[(usize, usize)],
-    f: &SegmentFn,
+    f: &RecomputeFn,
 ) -> Result<Vec<Option<Tensor>>> {
     let (batched, shared) = v.inputs.split_at(nb);
     let shared_vars: Vec<Option<Var>> = (0..shared.len())

@@ -61,6 +61,15 @@ impl Activation {
         )
     }
 
+    /// `g·f'(x)` from the input alone, for activations whose derivative does not use the output
+    /// (all but tanh and sigmoid); bitwise what the node's backward gives (for hand-written VJPs).
+    pub(crate) fn input_grad(self, x: &Tensor, g: &Tensor) -> Result<Tensor> {
+        if matches!(self, Activation::Tanh | Activation::Sigmoid) {
+            candle_core::bail!("{self:?}: the derivative needs the output");
+        }
+        self.vjp(x, x, g)
+    }
+
     /// `g·f'(x)`: one fused pass on the CPU (no temporaries), composed tensor ops elsewhere.
     fn vjp(self, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
         let cpu_float = matches!(x.dtype(), DType::F32 | DType::F64);

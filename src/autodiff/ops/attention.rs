@@ -53,17 +53,42 @@ fn probabilities(q: &Tensor, k: &Tensor) -> Result<Tensor> {
 }
 
 fn backward(v: &Vjp, pairs: usize, t: usize, d: usize, step: usize) -> Result<Vec<Option<Tensor>>> {
-    let shape = v.inputs[0].shape().clone();
+    let inputs = [&v.inputs[0], &v.inputs[1], &v.inputs[2]];
+    let needs = [v.needs(0), v.needs(1), v.needs(2)];
+    let [dq, dk, dv] = gradients(inputs, v.output, v.grad, needs, (pairs, t, d, step))?;
+    Ok(vec![dq, dk, dv])
+}
+
+/// The gradients of [`attention`] for `q`, `k`, `v` (those in `needs`), given its output `o` and
+/// the output gradient `g`: bitwise what its node's backward gives (for hand-written VJPs).
+pub(crate) fn attention_grads(
+    qkv: [&Tensor; 3],
+    o: &Tensor,
+    g: &Tensor,
+) -> Result<[Option<Tensor>; 3]> {
+    let dims = qkv[0].dims().to_vec();
+    let (t, d) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    let pairs = qkv[0].elem_count() / (t * d);
+    let step = chunk_pairs(t, qkv[0].dtype().size_in_bytes());
+    gradients(qkv, o, g, [true; 3], (pairs, t, d, step))
+}
+
+/// The backward over chunks of `step` pairs; `sizes` is `(pairs, t, d, step)`.
+fn gradients(
+    qkv: [&Tensor; 3],
+    o: &Tensor,
+    g: &Tensor,
+    needs: [bool; 3],
+    sizes: (usize, usize, usize, usize),
+) -> Result<[Option<Tensor>; 3]> {
+    let (pairs, t, d, step) = sizes;
+    let shape = qkv[0].shape().clone();
     let flat = |x: &Tensor| x.contiguous()?.reshape((pairs, t, d));
-    let (q, k, val) = (
-        flat(&v.inputs[0])?,
-        flat(&v.inputs[1])?,
-        flat(&v.inputs[2])?,
-    );
-    let (g, o) = (flat(v.grad)?, flat(v.output)?);
+    let (q, k, val) = (flat(qkv[0])?, flat(qkv[1])?, flat(qkv[2])?);
+    let (g, o) = (flat(g)?, flat(o)?);
     let row = (&g * &o)?.sum_keepdim(D::Minus1)?;
     // The gradients are written chunk by chunk into their final tensors (no parts to join).
-    let grad = |i: usize| v.needs(i).then(|| q.zeros_like()).transpose();
+    let grad = |i: usize| needs[i].then(|| q.zeros_like()).transpose();
     let (dq, dk, dv) = (grad(0)?, grad(1)?, grad(2)?);
     for start in (0..pairs).step_by(step) {
         let n = step.min(pairs - start);
@@ -83,7 +108,7 @@ fn backward(v: &Vjp, pairs: usize, t: usize, d: usize, step: usize) -> Result<Ve
         }
     }
     let shaped = |t: Option<Tensor>| t.map(|t| t.reshape(&shape)).transpose();
-    Ok(vec![shaped(dq)?, shaped(dk)?, shaped(dv)?])
+    Ok([shaped(dq)?, shaped(dk)?, shaped(dv)?])
 }
 
 #[cfg(test)]

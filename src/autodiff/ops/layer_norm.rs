@@ -67,6 +67,46 @@ fn backward(v: &Vjp, eps: f64) -> Result<Vec<Option<Tensor>>> {
     composed_backward(v, eps)
 }
 
+/// `∂LayerNorm/∂x · g` with a frozen weight and bias: bitwise what the node's backward gives `x`
+/// (for hand-written VJPs that call it without a graph).
+pub(crate) fn layer_norm_input_grad(
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+    eps: f64,
+) -> Result<Tensor> {
+    let fused = x.device().is_cpu()
+        && matches!(x.dtype(), DType::F32 | DType::F64)
+        && w.dtype() == x.dtype()
+        && g.dtype() == x.dtype();
+    if fused {
+        return input_grad(x, w, g, eps);
+    }
+    let dtype = x.dtype();
+    let (x, w, g) = (
+        x.to_dtype(DType::F32)?,
+        w.to_dtype(DType::F32)?,
+        g.to_dtype(DType::F32)?,
+    );
+    composed_input_grad(&x, &w, &g, eps)?.to_dtype(dtype)
+}
+
+/// The composed `dx` in f32 (any device).
+fn composed_input_grad(x: &Tensor, w: &Tensor, g: &Tensor, eps: f64) -> Result<Tensor> {
+    let mu = x.mean_keepdim(D::Minus1)?;
+    let xc = x.broadcast_sub(&mu)?;
+    let r = (xc.sqr()?.mean_keepdim(D::Minus1)? + eps)?
+        .sqrt()?
+        .recip()?;
+    let xhat = xc.broadcast_mul(&r)?;
+    let gh = g.broadcast_mul(w)?;
+    let m1 = gh.mean_keepdim(D::Minus1)?;
+    let m2 = (&gh * &xhat)?.mean_keepdim(D::Minus1)?;
+    gh.broadcast_sub(&m1)?
+        .sub(&xhat.broadcast_mul(&m2)?)?
+        .broadcast_mul(&r)
+}
+
 /// `dx` on the CPU in one pass: each row's statistics, then [`ln_backward`].
 fn input_grad(x: &Tensor, w: &Tensor, g: &Tensor, eps: f64) -> Result<Tensor> {
     let (x, w, g) = (x.contiguous()?, w.contiguous()?, g.contiguous()?);
@@ -82,29 +122,22 @@ fn composed_backward(v: &Vjp, eps: f64) -> Result<Vec<Option<Tensor>>> {
         w.to_dtype(DType::F32)?,
         g.to_dtype(DType::F32)?,
     );
-    let mu = x.mean_keepdim(D::Minus1)?;
-    let xc = x.broadcast_sub(&mu)?;
-    let r = (xc.sqr()?.mean_keepdim(D::Minus1)? + eps)?
-        .sqrt()?
-        .recip()?;
-    let xhat = xc.broadcast_mul(&r)?;
     let rows = |t: &Tensor| -> Result<Tensor> {
         let n = t.dim(D::Minus1)?;
         t.reshape(((), n))?.sum(0)
     };
     let dx = if v.needs(0) {
-        let gh = g.broadcast_mul(&w)?;
-        let m1 = gh.mean_keepdim(D::Minus1)?;
-        let m2 = (&gh * &xhat)?.mean_keepdim(D::Minus1)?;
-        let dx = gh
-            .broadcast_sub(&m1)?
-            .sub(&xhat.broadcast_mul(&m2)?)?
-            .broadcast_mul(&r)?;
-        Some(dx.to_dtype(dtype)?)
+        Some(composed_input_grad(&x, &w, &g, eps)?.to_dtype(dtype)?)
     } else {
         None
     };
     let dw = if v.needs(1) {
+        let mu = x.mean_keepdim(D::Minus1)?;
+        let xc = x.broadcast_sub(&mu)?;
+        let r = (xc.sqr()?.mean_keepdim(D::Minus1)? + eps)?
+            .sqrt()?
+            .recip()?;
+        let xhat = xc.broadcast_mul(&r)?;
         Some(rows(&(&g * &xhat)?)?.to_dtype(dtype)?)
     } else {
         None

@@ -85,13 +85,26 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tenso
     attach("linear", y, &inputs, Arc::new(linear_backward))
 }
 
+/// The input gradient of [`linear`] with a frozen `w`: bitwise what its node's backward gives `x`
+/// (for hand-written VJPs that call it without a graph). `x` only lends its shape and dtype.
+pub(crate) fn linear_input_grad(g: &Tensor, w: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let (out_dim, _) = w.dims2()?;
+    let (gw, scale) = grad_in(&g.reshape(((), out_dim))?, w.dtype())?;
+    input_grad(&gw, &scale, w, x)
+}
+
+/// `g·w` from the gradient already in the weight's dtype, back in `x`'s dtype and shape.
+fn input_grad(gw: &Tensor, scale: &Option<Tensor>, w: &Tensor, x: &Tensor) -> Result<Tensor> {
+    grad_out(&gw.matmul(w)?, scale, x.dtype())?.reshape(x.shape())
+}
+
 fn linear_backward(v: &Vjp) -> Result<Vec<Option<Tensor>>> {
     let (x, w) = (&v.inputs[0], &v.inputs[1]);
     let (out_dim, in_dim) = w.dims2()?;
     let g = v.grad.reshape(((), out_dim))?;
     let (gw, scale) = grad_in(&g, w.dtype())?;
     let dx = if v.needs(0) {
-        Some(grad_out(&gw.matmul(w)?, &scale, x.dtype())?.reshape(x.shape())?)
+        Some(input_grad(&gw, &scale, w, x)?)
     } else {
         None
     };

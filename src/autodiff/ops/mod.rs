@@ -11,9 +11,9 @@ mod resize;
 mod softmax;
 
 pub(crate) use activation::Activation;
-pub(crate) use attention::attention;
-pub(crate) use layer_norm::layer_norm;
-pub(crate) use linear::{batched_linear, linear};
+pub(crate) use attention::{attention, attention_grads};
+pub(crate) use layer_norm::{layer_norm, layer_norm_input_grad};
+pub(crate) use linear::{batched_linear, linear, linear_input_grad};
 pub(crate) use resize::resize_bilinear;
 pub(crate) use softmax::softmax;
 
