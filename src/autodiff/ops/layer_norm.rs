@@ -50,13 +50,9 @@ pub(crate) fn layer_norm(
 
 fn backward(v: &Vjp, eps: f64) -> Result<Vec<Option<Tensor>>> {
     let (x, w, g) = (&v.inputs[0], &v.inputs[1], v.grad);
-    let fused = x.device().is_cpu()
-        && matches!(x.dtype(), DType::F32 | DType::F64)
-        && w.dtype() == x.dtype()
-        && g.dtype() == x.dtype();
-    if fused && !v.needs(1) && !v.inputs.get(2).is_some_and(|_| v.needs(2)) {
+    if !v.needs(1) && !v.inputs.get(2).is_some_and(|_| v.needs(2)) {
         let dx = if v.needs(0) {
-            Some(input_grad(x, w, g, eps)?)
+            Some(layer_norm_input_grad(x, w, g, eps)?)
         } else {
             None
         };
@@ -68,7 +64,7 @@ fn backward(v: &Vjp, eps: f64) -> Result<Vec<Option<Tensor>>> {
 }
 
 /// `∂LayerNorm/∂x · g` with a frozen weight and bias: bitwise what the node's backward gives `x`
-/// (for hand-written VJPs that call it without a graph).
+/// (for hand-written VJPs that call it without a graph). One fused pass on the CPU.
 pub(crate) fn layer_norm_input_grad(
     x: &Tensor,
     w: &Tensor,
@@ -91,14 +87,19 @@ pub(crate) fn layer_norm_input_grad(
     composed_input_grad(&x, &w, &g, eps)?.to_dtype(dtype)
 }
 
-/// The composed `dx` in f32 (any device).
-fn composed_input_grad(x: &Tensor, w: &Tensor, g: &Tensor, eps: f64) -> Result<Tensor> {
+/// `(x̂, r)`: the normalised rows and their `1/√(var + eps)`.
+fn normalized(x: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
     let mu = x.mean_keepdim(D::Minus1)?;
     let xc = x.broadcast_sub(&mu)?;
     let r = (xc.sqr()?.mean_keepdim(D::Minus1)? + eps)?
         .sqrt()?
         .recip()?;
-    let xhat = xc.broadcast_mul(&r)?;
+    Ok((xc.broadcast_mul(&r)?, r))
+}
+
+/// The composed `dx` in f32 (any device).
+fn composed_input_grad(x: &Tensor, w: &Tensor, g: &Tensor, eps: f64) -> Result<Tensor> {
+    let (xhat, r) = normalized(x, eps)?;
     let gh = g.broadcast_mul(w)?;
     let m1 = gh.mean_keepdim(D::Minus1)?;
     let m2 = (&gh * &xhat)?.mean_keepdim(D::Minus1)?;
@@ -132,12 +133,7 @@ fn composed_backward(v: &Vjp, eps: f64) -> Result<Vec<Option<Tensor>>> {
         None
     };
     let dw = if v.needs(1) {
-        let mu = x.mean_keepdim(D::Minus1)?;
-        let xc = x.broadcast_sub(&mu)?;
-        let r = (xc.sqr()?.mean_keepdim(D::Minus1)? + eps)?
-            .sqrt()?
-            .recip()?;
-        let xhat = xc.broadcast_mul(&r)?;
+        let (xhat, _) = normalized(&x, eps)?;
         Some(rows(&(&g * &xhat)?)?.to_dtype(dtype)?)
     } else {
         None
