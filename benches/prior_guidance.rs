@@ -12,6 +12,11 @@
 //! Run: `cargo bench --bench prior_guidance` (about 13 min on 2 cores, 6.3 GiB peak RSS);
 //! `PRIOR_BENCH=tiny` is a smoke run of a 4-block, width-64 prior; `PRIOR_BENCH_POLICIES=none,budget:2GiB`
 //! runs only those rows (no token table). Each table starts with an unmeasured warm-up step.
+//!
+//! `PRIOR_BENCH_CHAIN=N` instead measures end-to-end guidance through the last N Heun steps of 64
+//! (2N − 1 guided prior evaluations): the gradient of a fixed random projection of the finished
+//! latent with respect to the state N steps before the end, with the sampler steps and the prior's
+//! blocks each unchecked or checkpointed (nested: a recomputed step checkpoints its blocks again).
 
 use std::time::Instant;
 
@@ -20,7 +25,9 @@ use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::autodiff::memory::{self, mib, CountingAlloc, PeakMeter};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::shap_e::config::PriorConfig;
-use clipsculpt::shap_e::{Denoiser, HeunDiscreteScheduler, PriorTransformer, SchedulerConfig};
+use clipsculpt::shap_e::{
+    Denoiser, HeunDiscreteScheduler, PriorTransformer, SamplerChain, SchedulerConfig,
+};
 use clipsculpt::toy::random::random_frozen;
 
 #[global_allocator]
@@ -231,6 +238,71 @@ fn token_table(shape: &Shape, tokens: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// The end-to-end step through the last `n` Heun steps of 64 with the steps under `steps` and the
+/// prior's blocks under `blocks`, CFG scale 15.
+fn chain_step(
+    prior: &PriorTransformer,
+    n: usize,
+    (steps, blocks): (Policy, Policy),
+    inputs: &Inputs,
+) -> Result<Run> {
+    let sched = HeunDiscreteScheduler::new(&SchedulerConfig::shap_e(), 64)?;
+    let chain = SamplerChain::new(prior, &sched, 64 - n, 15.0, blocks)?;
+    let meter = PeakMeter::start();
+    let t = Instant::now();
+    let x = Var::from_tensor(&(&inputs.x * (chain.sigma() as f64 / 2.0))?)?;
+    let z = chain.run(x.as_tensor(), &inputs.text, &steps)?;
+    let grads = (z * &inputs.w)?.sum_all()?.backward()?;
+    let grad = grads
+        .get(&x)
+        .cloned()
+        .ok_or_else(|| candle_core::Error::Msg("no gradient reached x".into()))?;
+    Ok(Run {
+        peak: meter.peak_above_base(),
+        seconds: t.elapsed().as_secs_f64(),
+        grad,
+    })
+}
+
+fn chain_table(shape: &Shape, tokens: usize, n: usize) -> Result<()> {
+    let prior = prior(shape, tokens)?;
+    let inputs = inputs(shape, tokens)?;
+    println!(
+        "## End to end through the last {n} Heun steps ({} prior evaluations), {} blocks × {}, {tokens} tokens, CFG batch 2\n",
+        2 * n - 1,
+        shape.layers,
+        shape.heads * shape.head_dim
+    );
+    println!("| sampler steps | prior blocks | activation peak | vs none | seconds | vs none | gradient rel. error vs none |");
+    println!("|---|---|---|---|---|---|---|");
+    let (none, blocks) = (Policy::None, Policy::BLOCKS);
+    chain_step(&prior, n, (blocks, blocks), &inputs)?;
+    let mut reference: Option<Run> = None;
+    for policies in [(none, none), (none, blocks), (blocks, none), (blocks, blocks)] {
+        let run = chain_step(&prior, n, policies, &inputs)?;
+        let (peak_ratio, time_ratio, err) = match &reference {
+            Some(r) => (
+                format!("{:.1} %", 100.0 * run.peak as f64 / r.peak as f64),
+                format!("{:.2}×", run.seconds / r.seconds),
+                format!("{:.1e}", rel_err(&run.grad, &r.grad)?),
+            ),
+            None => ("100 %".into(), "1.00×".into(), "0".into()),
+        };
+        println!(
+            "| {} | {} | {} | {peak_ratio} | {:.1} | {time_ratio} | {err} |",
+            policies.0,
+            policies.1,
+            mib(run.peak),
+            run.seconds
+        );
+        if reference.is_none() {
+            reference = Some(run);
+        }
+    }
+    println!();
+    Ok(())
+}
+
 fn main() -> Result<()> {
     memory::keep_freed_pages();
     let tiny = std::env::var("PRIOR_BENCH").is_ok_and(|v| v == "tiny");
@@ -247,6 +319,10 @@ fn main() -> Result<()> {
             .trim()
     );
     let last = tokens[tokens.len() - 1];
+    if let Ok(n) = std::env::var("PRIOR_BENCH_CHAIN") {
+        let n = n.parse().map_err(candle_core::Error::wrap)?;
+        return chain_table(shape, last, n);
+    }
     policy_table(shape, last, tiny)?;
     if std::env::var("PRIOR_BENCH_POLICIES").is_ok() {
         return Ok(());

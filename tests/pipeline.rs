@@ -4,7 +4,7 @@
 use anyhow::Result;
 use candle_core::Device;
 use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::guide::{Explore, GuideMode, GuideSettings, SamplingGuidance};
+use clipsculpt::guide::{EndToEndGuidance, Explore, GuideMode, GuideSettings, SamplingGuidance};
 use clipsculpt::mesh::Format;
 use clipsculpt::pipeline::{generate, Models, RunSettings};
 use clipsculpt::toy::random::{
@@ -71,6 +71,7 @@ fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
             guidance_scale: None,
             mode: GuideMode::Latent,
             sampling: SamplingGuidance::default(),
+            end_to_end: EndToEndGuidance::default(),
             guide,
             grid: 16,
             preview_size: 8,
@@ -110,6 +111,7 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         guidance_scale: Some(3.0),
         mode: GuideMode::Latent,
         sampling: SamplingGuidance::default(),
+        end_to_end: EndToEndGuidance::default(),
         guide,
         grid: 20,
         preview_size: 8,
@@ -228,6 +230,7 @@ fn guided_sampling_run_records_its_trace() -> Result<()> {
             sigma_min: 0.01,
             ..SamplingGuidance::default()
         },
+        end_to_end: EndToEndGuidance::default(),
         guide: small_guide(),
         grid: 20,
         preview_size: 8,

@@ -7,7 +7,10 @@ use clap::Args as ClapArgs;
 
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::memory::parse_bytes;
-use crate::guide::{Explore, GuideMode, GuideSettings, SamplingGuidance, AUTO_RESOLUTION_MAX};
+use crate::guide::{
+    ChainTarget, EndToEndGuidance, Explore, GuideMode, GuideSettings, SamplingGuidance,
+    AUTO_RESOLUTION_MAX,
+};
 use crate::mesh::Format;
 use crate::models::ModelSpec;
 use crate::pipeline::RunSettings;
@@ -47,6 +50,7 @@ pub(super) struct GenerateArgs {
     pub(crate) guidance_scale: Option<f64>,
     /// Where CLIP guidance acts: sampling (inside the prior's sampler, gradients through the
     /// checkpointed prior), latent (optimizing the finished latent through the decoder), both,
+    /// end-to-end (optimizing the sampler state --e2e-steps before the end through those steps),
     /// or off (plain Shap-E).
     #[arg(long, default_value_t = GuideMode::Sampling)]
     pub(crate) guide: GuideMode,
@@ -57,6 +61,25 @@ pub(super) struct GenerateArgs {
     /// Guided sampling acts on the sampler steps whose noise level σ is within MAX:MIN.
     #[arg(long, default_value = "20:0.2", value_parser = parse_sigma_window)]
     pub(crate) sampling_sigmas: (f32, f32),
+    /// End-to-end guidance: the last Heun steps the gradient runs through (each a checkpointed
+    /// segment whose prior blocks are checkpointed again inside it).
+    #[arg(long, default_value_t = EndToEndGuidance::default().steps)]
+    pub(crate) e2e_steps: usize,
+    /// End-to-end guidance: gradient iterations (0 = the unguided sample).
+    #[arg(long, default_value_t = EndToEndGuidance::default().iterations)]
+    pub(crate) e2e_iterations: usize,
+    /// End-to-end guidance: each iteration moves the optimized tensor by this share of its scale
+    /// (σ of the state, or the conditioning's RMS).
+    #[arg(long, default_value_t = EndToEndGuidance::default().lr)]
+    pub(crate) e2e_lr: f64,
+    /// End-to-end guidance optimizes the sampler state (state) or the text conditioning of the
+    /// last steps (conditioning).
+    #[arg(long, default_value_t = EndToEndGuidance::default().target)]
+    pub(crate) e2e_target: ChainTarget,
+    /// End-to-end guidance: checkpoint policy of the sampler steps (each step is one block):
+    /// none, blocks, sqrt, every:K or last:N.
+    #[arg(long, default_value = "blocks")]
+    pub(crate) e2e_checkpoint: Policy,
     /// Optimization steps of the latent stage (--guide latent or both; 0 = none).
     #[arg(long, default_value_t = 30)]
     pub(crate) steps: usize,
@@ -147,6 +170,15 @@ impl GenerateArgs {
         if !(a.sampling_scale.is_finite() && a.sampling_scale >= 0.0) {
             bail!("--sampling-scale must be a number ≥ 0");
         }
+        if !(a.e2e_lr.is_finite() && a.e2e_lr >= 0.0) {
+            bail!("--e2e-lr must be a number ≥ 0");
+        }
+        if a.e2e_steps == 0 {
+            bail!("--e2e-steps must be at least 1 (it is capped at --prior-steps)");
+        }
+        if matches!(a.e2e_checkpoint, Policy::Budget(_)) {
+            bail!("--e2e-checkpoint takes none, blocks, sqrt, every:K or last:N (a budget applies to the prior's blocks: --prior-checkpoint)");
+        }
         let samples = (32, 32);
         let (chunk_rays, clip_policy) = self.memory_plan(samples)?;
         let prior_policy = match (a.prior_checkpoint, a.memory_budget) {
@@ -184,6 +216,14 @@ impl GenerateArgs {
             guidance_scale: a.guidance_scale,
             mode: a.guide,
             sampling,
+            end_to_end: EndToEndGuidance {
+                steps: a.e2e_steps,
+                iterations: a.e2e_iterations,
+                lr: a.e2e_lr,
+                target: a.e2e_target,
+                step_policy: a.e2e_checkpoint,
+                ..EndToEndGuidance::default()
+            },
             guide,
             grid: a.grid,
             preview_size: a.preview_size.clamp(8, 512),

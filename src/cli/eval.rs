@@ -25,7 +25,7 @@ pub(super) struct Eval {
     /// Seeds per prompt.
     #[arg(long, default_value_t = 3)]
     seeds: u64,
-    /// Modes to compare, in table order: prior, latent, explore, sampling, both.
+    /// Modes to compare, in table order: prior, latent, explore, sampling, both, end-to-end.
     #[arg(
         long,
         value_delimiter = ',',
@@ -74,9 +74,18 @@ impl Eval {
         let held: Vec<String> = held_out.iter().map(|&(sh, c)| caption(sh, c)).collect();
         println!("Negatives: {negatives}");
         println!("Held out of the prior: {}", held.join(", "));
+        let e = &run.end_to_end;
         println!(
-            "Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}\n",
-            run.guide.steps, run.sampling.scale, run.sampling.sigma_max, run.sampling.sigma_min,
+            "Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}; \
+             end-to-end {} ({} steps, {} iterations, lr {})\n",
+            run.guide.steps,
+            run.sampling.scale,
+            run.sampling.sigma_max,
+            run.sampling.sigma_min,
+            e.target,
+            e.steps,
+            e.iterations,
+            e.lr,
         );
         println!("{}", table.to_markdown());
         Ok(ExitCode::from(EXIT_OK))

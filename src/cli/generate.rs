@@ -12,7 +12,8 @@ use super::progress::StageBar;
 use super::{EXIT_NO_MESH, EXIT_OK};
 use crate::atomic::OutputDir;
 use crate::batch::check_prompt;
-use crate::pipeline;
+use crate::guide::GuideMode;
+use crate::pipeline::{self, Report};
 
 /// Generate a mesh from one prompt (prior sample + CLIP-guided optimization + export).
 #[derive(Debug, ClapArgs)]
@@ -67,19 +68,48 @@ impl Generate {
             return Ok(ExitCode::from(EXIT_NO_MESH));
         }
         if !cx.quiet {
-            println!(
-                "{prompt:?}: CLIP cosine {:.3} → {:.3}, score {:.3} → {:.3} (best of {} steps at step {}, {} skipped) in {}",
-                report.cosine_before,
-                report.cosine_after,
-                report.score_before,
-                report.score_after,
-                report.trace.cosine.len(),
-                report.trace.best_step,
-                report.trace.skipped,
-                out.display()
-            );
+            println!("{prompt:?}: {} in {}", outcome(&report), out.display());
             eprintln!("time {}", report.seconds.summary());
         }
         Ok(ExitCode::from(EXIT_OK))
+    }
+}
+
+/// What a run's guidance did, in one line.
+fn outcome(r: &Report) -> String {
+    let latent = format!(
+        "latent stage: CLIP cosine {:.3} → {:.3}, score {:.3} → {:.3} (best of {} steps at step {}, {} skipped)",
+        r.cosine_before,
+        r.cosine_after,
+        r.score_before,
+        r.score_after,
+        r.trace.cosine.len(),
+        r.trace.best_step,
+        r.trace.skipped
+    );
+    let first_last = |v: Vec<f32>| match (v.first(), v.last()) {
+        (Some(a), Some(b)) => format!("view cosine {a:.3} → {b:.3}"),
+        _ => "no finite step".to_string(),
+    };
+    let sampled = match &r.sampling.end_to_end {
+        Some(c) => format!(
+            "end to end through the last {} sampler steps (σ {:.2}): {} iterations, {}",
+            c.steps,
+            c.sigma,
+            c.iterations.len(),
+            first_last(c.iterations.iter().map(|i| i.cosine).collect())
+        ),
+        None => format!(
+            "guided sampling: {} guided steps, {}",
+            r.sampling.steps.len(),
+            first_last(r.sampling.steps.iter().map(|s| s.cosine).collect())
+        ),
+    };
+    let score = format!("held-aside score {:.3}", r.score_after);
+    match r.settings.run.mode {
+        GuideMode::Off => format!("unguided, {score}"),
+        GuideMode::Sampling | GuideMode::EndToEnd => format!("{sampled}; {score}"),
+        GuideMode::Latent => latent,
+        GuideMode::Both => format!("{sampled}; {latent}"),
     }
 }

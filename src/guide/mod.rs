@@ -1,4 +1,5 @@
-//! CLIP guidance, one concept per file: guided sampling through the prior ([`sampling`]); the
+//! CLIP guidance, one concept per file: guided sampling through the prior ([`sampling`]),
+//! end-to-end guidance through the sampler's last steps ([`end_to_end`]); the
 //! latent optimization's settings ([`settings`]), the
 //! held-aside evaluation ([`held_aside`]), the per-step view loss ([`objective`]), the Adam loop
 //! ([`optimize`]), exploration and the start choice ([`explore`], [`start`], [`analogy`]), the
@@ -7,6 +8,7 @@
 
 pub(crate) mod analogy;
 pub(crate) mod augment;
+pub(crate) mod end_to_end;
 pub(crate) mod error;
 pub(crate) mod explore;
 pub(crate) mod held_aside;
@@ -19,6 +21,8 @@ pub(crate) mod settings;
 pub(crate) mod start;
 pub(crate) mod target;
 
+pub(crate) use end_to_end::{end_to_end_sample, SamplingRun};
+pub use end_to_end::{ChainIteration, ChainTarget, ChainTrace, EndToEndGuidance};
 pub use analogy::{completions as analogy_completions, Completion, MAX_WORK as ANALOGY_MAX_WORK};
 pub use explore::Explore;
 pub(crate) use held_aside::{held_aside_images, unscored, Start};

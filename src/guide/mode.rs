@@ -1,4 +1,5 @@
-//! Where CLIP guidance acts: inside the prior's sampler, on the finished latent, both, or nowhere.
+//! Where CLIP guidance acts: inside the prior's sampler, on the finished latent, both, through the
+//! sampler's last steps end to end, or nowhere.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,6 +16,9 @@ pub enum GuideMode {
     Latent,
     /// Guided sampling, then the latent optimization from its result.
     Both,
+    /// End-to-end guidance: the state N sampler steps before the end (or the conditioning) optimized
+    /// through those steps ([`super::end_to_end`]).
+    EndToEnd,
 }
 
 impl GuideMode {
@@ -37,8 +41,9 @@ impl FromStr for GuideMode {
             "sampling" => Ok(Self::Sampling),
             "latent" => Ok(Self::Latent),
             "both" => Ok(Self::Both),
+            "end-to-end" | "e2e" => Ok(Self::EndToEnd),
             _ => Err(format!(
-                "unknown guidance mode {s:?} (sampling, latent, both, off)"
+                "unknown guidance mode {s:?} (sampling, latent, both, end-to-end, off)"
             )),
         }
     }
@@ -51,6 +56,7 @@ impl fmt::Display for GuideMode {
             Self::Sampling => "sampling",
             Self::Latent => "latent",
             Self::Both => "both",
+            Self::EndToEnd => "end-to-end",
         })
     }
 }

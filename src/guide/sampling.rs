@@ -17,6 +17,7 @@
 
 use candle_core::{Result, Tensor, Var};
 
+use super::end_to_end::ChainTrace;
 use super::error::GuideError;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
@@ -81,6 +82,9 @@ pub struct SamplingTrace {
     pub steps: Vec<GuidedStep>,
     /// Guided steps skipped for a non-finite loss or gradient.
     pub skipped: usize,
+    /// End-to-end guidance through the last sampler steps, when the run used it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_to_end: Option<ChainTrace>,
 }
 
 /// A differentiable loss of a latent `(1, rows, d)` at a sampler step: `(loss, mean cosine)`,
@@ -205,6 +209,6 @@ fn guide_step(
 }
 
 /// Root mean square of a tensor's elements, in f64.
-fn rms(t: &Tensor) -> Result<f64> {
+pub(crate) fn rms(t: &Tensor) -> Result<f64> {
     Ok((t.sqr()?.mean_all()?.to_scalar::<f32>()? as f64).sqrt())
 }

@@ -14,7 +14,7 @@ use super::stages::{stage, StageRecorder};
 use super::stream;
 use crate::atomic::write_atomic;
 use crate::autodiff::rng::Rng;
-use crate::guide::{self, SamplingTrace, Score, Target};
+use crate::guide::{self, GuideMode, SamplingTrace, Score, Target};
 use crate::mesh::{self, ExportError, ExportReport};
 use crate::render::{contact_sheet, preview_settings};
 use crate::shap_e::{save_latent, Decoder};
@@ -106,8 +106,8 @@ fn export_mesh(
     }
 }
 
-/// The prior's sample of a run: guided through the prior when the mode says so (with its trace),
-/// else plain.
+/// The prior's sample of a run: guided through the prior or end to end through its last steps
+/// when the mode says so (with its trace), else plain.
 fn sample(
     models: &Models,
     target: &Target,
@@ -116,6 +116,15 @@ fn sample(
     device: &Device,
     on_progress: &mut impl FnMut(Progress),
 ) -> Result<(Tensor, SamplingTrace)> {
+    if s.mode == GuideMode::EndToEnd {
+        on_progress(Progress::Stage(
+            "end-to-end guidance through the last sampler steps",
+            s.end_to_end.iterations,
+        ));
+        return models.end_to_end_sample(target, s, rng, device, |i, c| {
+            on_progress(Progress::Step(i, c))
+        });
+    }
     if !s.mode.guides_sampling() {
         on_progress(Progress::Stage("sampling the prior", 0));
         return Ok((

@@ -157,25 +157,12 @@ impl Models {
         device: &Device,
         on_step: impl FnMut(usize, f32),
     ) -> Result<(Tensor, SamplingTrace)> {
-        let embeds = self.text_embeds(target.prompt(), device)?;
-        let cfg = s
-            .guidance_scale
-            .map_or(self.shap_e.sampling.guidance_scale, |g| g as f32);
-        let prior = &self.shap_e.prior;
-        let denoiser = Denoiser::new(prior, &embeds, cfg)?;
-        let mut sched = HeunDiscreteScheduler::new(&self.shap_e.scheduler, s.prior_steps)?;
-        let noise = initial_noise(prior, &embeds, &mut rng.fork(stream::PRIOR))?;
-        let view_loss = ViewLoss {
-            decoder: &self.shap_e.decoder,
-            scorer: &self.scorer,
-            target,
-            settings: &s.guide,
-        };
-        let steps = s.prior_steps.max(1) as f64;
-        let loss = |z: &Tensor, step: usize, rng: &mut Rng| {
-            let parts = view_loss.loss(z, step as f64 / steps, rng)?;
-            Ok((parts.loss, parts.cosine))
-        };
+        let run = self.sampling_run(target, s, device)?;
+        let denoiser = Denoiser::new(run.prior, &run.text_embeds, run.guidance_scale)?;
+        let mut sched = run.sched.clone();
+        let noise = initial_noise(run.prior, &run.text_embeds, &mut rng.fork(stream::PRIOR))?;
+        let view_loss = self.view_loss(target, s);
+        let loss = |z: &Tensor, step: usize, rng: &mut Rng| view_loss(z, step, rng);
         let sampling = rng.fork(stream::SAMPLING);
         Ok(guide::guided_sample(
             &denoiser,
@@ -186,6 +173,69 @@ impl Models {
             &sampling,
             on_step,
         )?)
+    }
+
+    /// The prior's sample of a run guided end to end through the sampler's last steps
+    /// ([`guide::end_to_end`]): the same noise as [`Self::run_sample`], the view loss of `target`
+    /// (stream [`stream::SAMPLING`]), as `s.end_to_end` says. With no iterations it is
+    /// [`Self::run_sample`]'s latent, bit for bit.
+    pub(crate) fn end_to_end_sample(
+        &self,
+        target: &Target,
+        s: &RunSettings,
+        rng: &Rng,
+        device: &Device,
+        on_iteration: impl FnMut(usize, f32),
+    ) -> Result<(Tensor, SamplingTrace)> {
+        let run = self.sampling_run(target, s, device)?;
+        let noise = initial_noise(run.prior, &run.text_embeds, &mut rng.fork(stream::PRIOR))?;
+        let view_loss = self.view_loss(target, s);
+        let loss = |z: &Tensor, step: usize, rng: &mut Rng| view_loss(z, step, rng);
+        let sampling = rng.fork(stream::SAMPLING);
+        let (z, chain) =
+            guide::end_to_end_sample(&run, &noise, &s.end_to_end, &loss, &sampling, on_iteration)?;
+        let trace = SamplingTrace {
+            end_to_end: Some(chain),
+            ..SamplingTrace::default()
+        };
+        Ok((z, trace))
+    }
+
+    /// The prior's sampling run for `target`'s prompt with settings `s`.
+    fn sampling_run(
+        &self,
+        target: &Target,
+        s: &RunSettings,
+        device: &Device,
+    ) -> Result<guide::SamplingRun<'_>> {
+        Ok(guide::SamplingRun {
+            prior: &self.shap_e.prior,
+            sched: HeunDiscreteScheduler::new(&self.shap_e.scheduler, s.prior_steps)?,
+            text_embeds: self.text_embeds(target.prompt(), device)?,
+            guidance_scale: s
+                .guidance_scale
+                .map_or(self.shap_e.sampling.guidance_scale, |g| g as f32),
+            prior_policy: s.sampling.prior_policy,
+        })
+    }
+
+    /// The view loss of `target` at sampler step `step` of `s.prior_steps`: `(loss, cosine)`.
+    fn view_loss<'a>(
+        &'a self,
+        target: &'a Target,
+        s: &'a RunSettings,
+    ) -> impl Fn(&Tensor, usize, &mut Rng) -> candle_core::Result<(Tensor, Tensor)> + 'a {
+        let view_loss = ViewLoss {
+            decoder: &self.shap_e.decoder,
+            scorer: &self.scorer,
+            target,
+            settings: &s.guide,
+        };
+        let steps = s.prior_steps.max(1) as f64;
+        move |z, step, rng| {
+            let parts = view_loss.loss(z, step as f64 / steps, rng)?;
+            Ok((parts.loss, parts.cosine))
+        }
     }
 
     /// The exploration bank of a run ([`guide::start`]): the prior sampled, in one batch of

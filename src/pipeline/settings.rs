@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::guide::{GuideMode, GuideSettings, SamplingGuidance};
+use crate::guide::{EndToEndGuidance, GuideMode, GuideSettings, SamplingGuidance};
 use crate::mesh::Format;
 
 /// Settings of one `generate` item (written into `report.json`, the guidance settings flattened).
@@ -18,6 +18,8 @@ pub struct RunSettings {
     pub mode: GuideMode,
     /// Guided sampling through the prior (used when [`GuideMode::guides_sampling`]).
     pub sampling: SamplingGuidance,
+    /// End-to-end guidance through the sampler's last steps (used by [`GuideMode::EndToEnd`]).
+    pub end_to_end: EndToEndGuidance,
     /// Latent optimization settings (used when [`GuideMode::optimizes_latent`]; the view loss's
     /// views, side and samples are guided sampling's too).
     #[serde(flatten)]
@@ -41,6 +43,7 @@ impl RunSettings {
             guidance_scale: None,
             mode: GuideMode::Latent,
             sampling: SamplingGuidance::default(),
+            end_to_end: EndToEndGuidance::default(),
             guide,
             grid: 64,
             preview_size: 64,

@@ -1,6 +1,7 @@
 //! Shap-E (Jun & Nichol 2023, <https://github.com/openai/shap-e>) in the layout of diffusers
 //! (`pipelines/shap_e/`, `models/transformers/prior_transformer.py`): the latent prior
-//! ([`prior`]), its Heun/Karras scheduler ([`scheduler`]) and sampling loop ([`sampler`]), and the
+//! ([`prior`]), its Heun/Karras scheduler ([`scheduler`]), sampling loop ([`sampler`]) and its last steps as a
+//! differentiable chain ([`sampler_chain`]), and the
 //! latent decoder — params projection ([`params_proj`]) and NeRSTF MLP ([`nerstf`]) — bundled as
 //! [`Decoder`]. Rendering lives in [`crate::render`]. Notes: `docs/shap-e.md`.
 
@@ -15,6 +16,7 @@ pub(crate) mod nerstf;
 pub(crate) mod params_proj;
 pub(crate) mod prior;
 pub(crate) mod sampler;
+pub(crate) mod sampler_chain;
 pub(crate) mod scheduler;
 
 pub use config::{PriorConfig, RendererConfig, SchedulerConfig};
@@ -27,4 +29,5 @@ pub(crate) use model::{SamplingDefaults, SAMPLING_FILE};
 pub use prior::PriorTransformer;
 pub(crate) use sampler::initial_noise;
 pub use sampler::Denoiser;
+pub use sampler_chain::SamplerChain;
 pub use scheduler::HeunDiscreteScheduler;

@@ -233,6 +233,31 @@ impl HeunDiscreteScheduler {
         self.step_index / 2
     }
 
+    /// Steps in the schedule (the `steps` given to [`Self::new`]).
+    pub(crate) fn num_steps(&self) -> usize {
+        self.sigmas.len() / 2
+    }
+
+    /// Whether every model evaluation has been taken.
+    pub(crate) fn done(&self) -> bool {
+        self.step_index >= self.timesteps.len()
+    }
+
+    /// This schedule positioned at the start of Heun step `i` (its predictor), with no step in
+    /// progress: what [`Self::step`] reaches after the evaluations of steps `0..i`.
+    pub(crate) fn at_step(&self, i: usize) -> Result<Self> {
+        if i >= self.num_steps() {
+            candle_core::bail!("Heun step {i} of a {}-step schedule", self.num_steps());
+        }
+        Ok(Self {
+            step_index: 2 * i,
+            prev_derivative: None,
+            dt: None,
+            sample: None,
+            ..self.clone()
+        })
+    }
+
     /// Advances by one model evaluation: `model_output` is the (guided) model output at the
     /// current timestep, `sample` the current latent. Returns the next latent.
     pub fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor> {

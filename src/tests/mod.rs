@@ -10,6 +10,7 @@ mod mesh;
 mod pipeline;
 mod precision;
 mod prior_grad;
+mod sampler_chain;
 mod scan_cost;
 mod shap_e;
 mod toy;

@@ -69,7 +69,7 @@ fn prior_vjp_matches_pytorch_autograd() -> Result<()> {
 }
 
 /// A random prior of `layers` blocks (2 heads × 8, 12 tokens of 8 channels) in `dtype`.
-fn random_prior(layers: usize, dtype: DType) -> Result<PriorTransformer> {
+pub(super) fn random_prior(layers: usize, dtype: DType) -> Result<PriorTransformer> {
     let cfg: PriorConfig = serde_json::from_value(serde_json::json!({
         "num_attention_heads": 2, "attention_head_dim": 8, "embedding_dim": 8,
         "num_embeddings": 12, "embedding_proj_dim": 6, "time_embed_dim": 32,

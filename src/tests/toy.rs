@@ -229,6 +229,40 @@ fn guided_sampling_raises_the_held_aside_score() {
     );
 }
 
+/// End-to-end guidance through the sampler's last steps raises the held-aside score over the
+/// unguided sample from the same noise, and with no iterations it is that sample, bit for bit.
+#[test]
+fn end_to_end_guidance_raises_the_held_aside_score() {
+    use crate::guide::{score, GuideMode, GuideSettings, Target};
+    use crate::pipeline::{same_values, RunSettings};
+    let m = models();
+    let dev = Device::Cpu;
+    let mut run = RunSettings::for_evaluation(GuideSettings::default());
+    run.mode = GuideMode::EndToEnd;
+    let prompt = "a green sphere";
+    let target = Target::new(&m.scorer, prompt, &m.negatives, run.guide.contrast).unwrap();
+    let rng = Rng::new(3);
+    let plain = m.run_sample(prompt, &run, &rng, &dev).unwrap();
+    let side = run.guide.eval_side(m.scorer.image_size());
+    let held_aside = |z: &Tensor| score(&m.shap_e.decoder, &m.scorer, &target, z, side).unwrap();
+    let (guided, trace) = m
+        .end_to_end_sample(&target, &run, &rng, &dev, |_, _| {})
+        .unwrap();
+    let chain = trace.end_to_end.expect("no end-to-end trace");
+    assert_eq!(chain.iterations.len(), run.end_to_end.iterations, "{chain:?}");
+    let (before, after) = (held_aside(&plain).score, held_aside(&guided).score);
+    eprintln!("held-aside score: unguided {before:.4}, end to end {after:.4}");
+    assert!(after > before + 0.01, "unguided {before}, end to end {after}");
+    run.end_to_end.iterations = 0;
+    let (off, _) = m
+        .end_to_end_sample(&target, &run, &rng, &dev, |_, _| {})
+        .unwrap();
+    assert!(
+        same_values(&off, &plain).unwrap(),
+        "no iterations changed the sample"
+    );
+}
+
 /// A paraphrase of the prompt is not contrasted against it; another combination is.
 #[test]
 fn a_paraphrase_is_excluded_from_its_own_negatives() {

@@ -4,7 +4,8 @@
 //!
 //! Modes ([`EvalMode`]): `prior` (the unguided sample), `latent` (latent optimization from it),
 //! `explore` (the same with exploration by latent analogies), `sampling` (guided sampling through
-//! the prior from the same noise) and `both` (guided sampling, then latent optimization). Every
+//! the prior from the same noise), `both` (guided sampling, then latent optimization) and
+//! `end-to-end` (the state before the sampler's last steps optimized through them). Every
 //! mode of one prompt and seed shares the prior's noise, so `prior` is each mode's unguided twin.
 
 use std::fmt;
@@ -34,16 +35,19 @@ pub(crate) enum EvalMode {
     Sampling,
     /// Guided sampling, then latent optimization.
     Both,
+    /// End-to-end guidance through the sampler's last steps.
+    EndToEnd,
 }
 
 impl EvalMode {
     /// Every mode, in table order.
-    pub(crate) const ALL: [EvalMode; 5] = [
+    pub(crate) const ALL: [EvalMode; 6] = [
         Self::Prior,
         Self::Latent,
         Self::Explore,
         Self::Sampling,
         Self::Both,
+        Self::EndToEnd,
     ];
 
     /// The run settings of this mode from the common settings `s`.
@@ -55,6 +59,7 @@ impl EvalMode {
             Self::Explore => (GuideMode::Latent, Explore::Analogies),
             Self::Sampling => (GuideMode::Sampling, Explore::Off),
             Self::Both => (GuideMode::Both, Explore::Off),
+            Self::EndToEnd => (GuideMode::EndToEnd, Explore::Off),
         };
         run
     }
@@ -66,7 +71,7 @@ impl FromStr for EvalMode {
         Self::ALL
             .into_iter()
             .find(|m| m.to_string() == s)
-            .ok_or_else(|| format!("unknown mode {s:?} (prior, latent, explore, sampling, both)"))
+            .ok_or_else(|| format!("unknown mode {s:?} (prior, latent, explore, sampling, both, end-to-end)"))
     }
 }
 
@@ -78,6 +83,7 @@ impl fmt::Display for EvalMode {
             Self::Explore => "explore",
             Self::Sampling => "sampling",
             Self::Both => "both",
+            Self::EndToEnd => "end-to-end",
         })
     }
 }
@@ -209,6 +215,7 @@ impl<'a> PromptRun<'a> {
                 EvalMode::Latent | EvalMode::Explore => {
                     self.latent_run(mode, seed, &rng, &prior, prior_score, "prior sample")?
                 }
+                EvalMode::EndToEnd => self.end_to_end_run(seed, &rng, &prior, prior_score)?,
                 EvalMode::Sampling | EvalMode::Both => {
                     let guided = sampled
                         .as_ref()
@@ -247,6 +254,33 @@ impl<'a> PromptRun<'a> {
             latent: z,
             seconds: t.elapsed().as_secs_f64(),
         })
+    }
+
+    /// End-to-end guidance of this prompt at the root generator `rng`, judged, attributed to the
+    /// unguided sample `prior` (held-aside score `prior_score`) from the same noise.
+    fn end_to_end_run(
+        &self,
+        seed: u64,
+        rng: &Rng,
+        prior: &Judged,
+        prior_score: Score,
+    ) -> Result<EvalRecord> {
+        let t = Instant::now();
+        let s = EvalMode::EndToEnd.settings(self.s);
+        let (z, _) = self
+            .models
+            .end_to_end_sample(&self.target, &s, rng, self.device, |_, _| {})?;
+        let seconds = t.elapsed().as_secs_f64();
+        let score = self.score(&z)?;
+        let attribution = Attribution {
+            start: "unguided sample".into(),
+            start_verdict: prior.verdict.clone(),
+            scores: Some([prior_score.score, score.score]),
+            export_step: None,
+            moved: !same_values(&prior.latent, &z)?,
+        };
+        let verdict = self.judge(&z);
+        Ok(self.record(EvalMode::EndToEnd, seed, verdict, Some(attribution), seconds))
     }
 
     /// The latent optimization of `mode` from `from` (held-aside score `from_score`), judged with
