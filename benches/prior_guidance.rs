@@ -278,7 +278,12 @@ fn chain_table(shape: &Shape, tokens: usize, n: usize) -> Result<()> {
     let (none, blocks) = (Policy::None, Policy::BLOCKS);
     chain_step(&prior, n, (blocks, blocks), &inputs)?;
     let mut reference: Option<Run> = None;
-    for policies in [(none, none), (none, blocks), (blocks, none), (blocks, blocks)] {
+    for policies in [
+        (none, none),
+        (none, blocks),
+        (blocks, none),
+        (blocks, blocks),
+    ] {
         let run = chain_step(&prior, n, policies, &inputs)?;
         let (peak_ratio, time_ratio, err) = match &reference {
             Some(r) => (

@@ -21,9 +21,9 @@ pub(crate) mod settings;
 pub(crate) mod start;
 pub(crate) mod target;
 
+pub use analogy::{completions as analogy_completions, Completion, MAX_WORK as ANALOGY_MAX_WORK};
 pub(crate) use end_to_end::{end_to_end_sample, SamplingRun};
 pub use end_to_end::{ChainIteration, ChainTarget, ChainTrace, EndToEndGuidance};
-pub use analogy::{completions as analogy_completions, Completion, MAX_WORK as ANALOGY_MAX_WORK};
 pub use explore::Explore;
 pub(crate) use held_aside::{held_aside_images, unscored, Start};
 pub(crate) use held_aside::{score, Score};

@@ -10,7 +10,9 @@ use super::prior_grad::random_prior;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::shap_e::sampler::sample_latents_from;
-use crate::shap_e::{Denoiser, HeunDiscreteScheduler, PriorTransformer, SamplerChain, SchedulerConfig};
+use crate::shap_e::{
+    Denoiser, HeunDiscreteScheduler, PriorTransformer, SamplerChain, SchedulerConfig,
+};
 
 const STEPS: usize = 6;
 const FIRST: usize = 3;
@@ -115,8 +117,9 @@ fn nested_checkpointing_is_bitwise_equal_to_the_graph() -> Result<()> {
                 // Every step adds its share to the conditioning's gradient; checkpointed steps
                 // add theirs in another order than the graph does, so the sum may differ in
                 // the last bit.
-                let rel = ((&ce - &ge)?.sqr()?.sum_all()?.sqrt()? / ge.sqr()?.sum_all()?.sqrt()?)?
-                    .to_scalar::<f32>()?;
+                let rel = ((&ce - &ge)?.sqr()?.sum_all()?.sqrt()?
+                    / ge.sqr()?.sum_all()?.sqrt()?)?
+                .to_scalar::<f32>()?;
                 assert!(rel <= 1e-6, "d/dembeds, {what}: rel {rel:e}");
             }
         }
@@ -129,7 +132,9 @@ fn chain_gradients_match_finite_differences() -> Result<()> {
     let (prior, sched, embeds, noise) = setup(DType::F64)?;
     let x = state_at_first(&prior, &sched, &embeds, &noise)?;
     let dev = Device::Cpu;
-    let w = Rng::new(4).normal_tensor(x.dims(), &dev)?.to_dtype(DType::F64)?;
+    let w = Rng::new(4)
+        .normal_tensor(x.dims(), &dev)?
+        .to_dtype(DType::F64)?;
     let chain = SamplerChain::new(&prior, &sched, FIRST, GUIDANCE, Policy::BLOCKS)?;
     let (gx, ge) = chain_vjp(&chain, &x, &embeds, &w, &Policy::BLOCKS)?;
     let loss = |x: &Tensor, e: &Tensor| -> Result<f64> {
@@ -140,7 +145,9 @@ fn chain_gradients_match_finite_differences() -> Result<()> {
     let mut rng = Rng::new(78);
     for k in 0..3 {
         let vx = rng.normal_tensor(x.dims(), &dev)?.to_dtype(DType::F64)?;
-        let ve = rng.normal_tensor(embeds.dims(), &dev)?.to_dtype(DType::F64)?;
+        let ve = rng
+            .normal_tensor(embeds.dims(), &dev)?
+            .to_dtype(DType::F64)?;
         let (ex, ee) = (1e-3 * chain.sigma() as f64, 1e-5);
         let fd_x = (loss(&(&x + (&vx * ex)?)?, &embeds)? - loss(&(&x - (&vx * ex)?)?, &embeds)?)
             / (2.0 * ex);

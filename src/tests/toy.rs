@@ -249,10 +249,17 @@ fn end_to_end_guidance_raises_the_held_aside_score() {
         .end_to_end_sample(&target, &run, &rng, &dev, |_, _| {})
         .unwrap();
     let chain = trace.end_to_end.expect("no end-to-end trace");
-    assert_eq!(chain.iterations.len(), run.end_to_end.iterations, "{chain:?}");
+    assert_eq!(
+        chain.iterations.len(),
+        run.end_to_end.iterations,
+        "{chain:?}"
+    );
     let (before, after) = (held_aside(&plain).score, held_aside(&guided).score);
     eprintln!("held-aside score: unguided {before:.4}, end to end {after:.4}");
-    assert!(after > before + 0.01, "unguided {before}, end to end {after}");
+    assert!(
+        after > before + 0.01,
+        "unguided {before}, end to end {after}"
+    );
     run.end_to_end.iterations = 0;
     let (off, _) = m
         .end_to_end_sample(&target, &run, &rng, &dev, |_, _| {})

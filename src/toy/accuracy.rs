@@ -71,7 +71,9 @@ impl FromStr for EvalMode {
         Self::ALL
             .into_iter()
             .find(|m| m.to_string() == s)
-            .ok_or_else(|| format!("unknown mode {s:?} (prior, latent, explore, sampling, both, end-to-end)"))
+            .ok_or_else(|| {
+                format!("unknown mode {s:?} (prior, latent, explore, sampling, both, end-to-end)")
+            })
     }
 }
 
@@ -267,9 +269,9 @@ impl<'a> PromptRun<'a> {
     ) -> Result<EvalRecord> {
         let t = Instant::now();
         let s = EvalMode::EndToEnd.settings(self.s);
-        let (z, _) = self
-            .models
-            .end_to_end_sample(&self.target, &s, rng, self.device, |_, _| {})?;
+        let (z, _) =
+            self.models
+                .end_to_end_sample(&self.target, &s, rng, self.device, |_, _| {})?;
         let seconds = t.elapsed().as_secs_f64();
         let score = self.score(&z)?;
         let attribution = Attribution {
@@ -280,7 +282,13 @@ impl<'a> PromptRun<'a> {
             moved: !same_values(&prior.latent, &z)?,
         };
         let verdict = self.judge(&z);
-        Ok(self.record(EvalMode::EndToEnd, seed, verdict, Some(attribution), seconds))
+        Ok(self.record(
+            EvalMode::EndToEnd,
+            seed,
+            verdict,
+            Some(attribution),
+            seconds,
+        ))
     }
 
     /// The latent optimization of `mode` from `from` (held-aside score `from_score`), judged with
