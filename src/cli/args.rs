@@ -133,7 +133,8 @@ pub(super) struct GenerateArgs {
     /// Score the latent on fixed held-aside views every N steps and export the best (0 = only at the end).
     #[arg(long, default_value_t = GuideSettings::default().eval_every)]
     pub(crate) eval_every: usize,
-    /// Held-aside score the optimized latent must gain over the start to be exported instead of it.
+    /// Held-aside score the optimized latent (latent stage) or the end-to-end guided sample must gain
+    /// over its start to be exported instead of it.
     #[arg(long, default_value_t = GuideSettings::default().keep_margin)]
     pub(crate) keep_margin: f32,
     /// Side in pixels of each of the 20 views in the before/after preview sheets.

@@ -93,11 +93,17 @@ fn outcome(r: &Report) -> String {
     };
     let sampled = match &r.sampling.end_to_end {
         Some(c) => format!(
-            "end to end through the last {} sampler steps (σ {:.2}): {} iterations, {}",
+            "end to end through the last {} sampler steps (σ {:.2}): {} iterations, {}{}",
             c.steps,
             c.sigma,
             c.iterations.len(),
-            first_last(c.iterations.iter().map(|i| i.cosine).collect())
+            first_last(c.iterations.iter().map(|i| i.cosine).collect()),
+            match (c.held_aside, c.exported_guided) {
+                (Some([a, b]), false) => format!(
+                    " (held-aside {a:.3} → {b:.3}, short of the keep margin: the unguided sample exported)"
+                ),
+                _ => String::new(),
+            }
         ),
         None => format!(
             "guided sampling: {} guided steps, {}",

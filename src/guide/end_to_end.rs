@@ -9,8 +9,9 @@
 //!
 //! `x_N ← x_N − η · σ_N · g / rms(g)` (state), `e ← e − η · rms(e) · g / rms(g)` (conditioning).
 //!
-//! The exported latent is the chain's output from the last iterate, so it is always a sample of
-//! the prior; with no iterations it is the unguided sample, bit for bit. Random views come from a
+//! The result is the chain's output from the last iterate, so it is always a sample of the prior;
+//! with no iterations it is the unguided sample, bit for bit. The caller exports it only if it beats
+//! the unguided sample on the held-aside views by the keep margin. Random views come from a
 //! stream forked per iteration, outside every recomputed segment.
 
 use std::fmt;
@@ -109,6 +110,11 @@ pub struct ChainTrace {
     pub iterations: Vec<ChainIteration>,
     /// Iterations skipped for a non-finite loss or gradient.
     pub skipped: usize,
+    /// Held-aside scores of the unguided sample and of the guided one, when they differ.
+    pub held_aside: Option<[f32; 2]>,
+    /// Whether the guided sample was exported; otherwise it did not beat the unguided one by the
+    /// keep margin, and the unguided sample was.
+    pub exported_guided: bool,
 }
 
 /// The prior and its sampling run that end-to-end guidance acts on.
@@ -135,7 +141,7 @@ pub(crate) fn end_to_end_sample(
     loss: &dyn LatentLoss,
     rng: &Rng,
     mut on_iteration: impl FnMut(usize, f32),
-) -> std::result::Result<(Tensor, ChainTrace), GuideError> {
+) -> std::result::Result<ChainResult, GuideError> {
     let first = run.sched.num_steps().saturating_sub(e.steps.max(1));
     let state = unguided_until(run, noise, first).map_err(GuideError::at(0))?;
     let chain = SamplerChain::new(
@@ -158,11 +164,13 @@ pub(crate) fn end_to_end_sample(
     };
     // The finished latent is scored as guided sampling scores its last step.
     let end = run.sched.num_steps();
-    let mut bad_run = 0;
+    let (mut bad_run, mut unguided) = (0, None);
     for i in 0..e.iterations {
         let mut views = rng.fork(i as u64);
         let step = iterate(&chain, &inputs, slot, e, (loss, end), &mut views)
             .map_err(GuideError::at(i))?;
+        let (z, step) = step;
+        unguided.get_or_insert(z);
         let Some((grad, record)) = step else {
             trace.skipped += 1;
             bad_run += 1;
@@ -187,10 +195,24 @@ pub(crate) fn end_to_end_sample(
         on_iteration(i, record.cosine);
         trace.iterations.push(record);
     }
-    let z = chain
+    let latent = chain
         .run(&inputs[0], &inputs[1], &Policy::None)
         .map_err(GuideError::at(e.iterations))?;
-    Ok((z, trace))
+    Ok(ChainResult {
+        unguided: unguided.unwrap_or_else(|| latent.clone()),
+        latent,
+        trace,
+    })
+}
+
+/// What end-to-end guidance made.
+pub(crate) struct ChainResult {
+    /// The sampler's output from the last iterate.
+    pub(crate) latent: Tensor,
+    /// The unguided sample from the same noise (the chain's output before any update).
+    pub(crate) unguided: Tensor,
+    /// What it measured.
+    pub(crate) trace: ChainTrace,
 }
 
 /// The unguided sampler state at the start of Heun step `first` from `noise`.
@@ -205,8 +227,8 @@ fn unguided_until(run: &SamplingRun<'_>, noise: &Tensor, first: usize) -> Result
     Ok(x)
 }
 
-/// One iteration's loss (of the finished latent, scored as sampler step `end`) and the unit-RMS
-/// gradient of `inputs[slot]` (`None` when either is not finite).
+/// One iteration: the finished latent (detached), and its loss (scored as sampler step `end`)
+/// with the unit-RMS gradient of `inputs[slot]` (`None` when either is not finite).
 fn iterate(
     chain: &SamplerChain,
     inputs: &[Tensor; 2],
@@ -214,7 +236,7 @@ fn iterate(
     e: &EndToEndGuidance,
     (loss, end): (&dyn LatentLoss, usize),
     rng: &mut Rng,
-) -> Result<Option<(Tensor, ChainIteration)>> {
+) -> Result<(Tensor, Option<(Tensor, ChainIteration)>)> {
     let var = Var::from_tensor(&inputs[slot])?;
     let (x, embeds) = match slot {
         0 => (var.as_tensor(), &inputs[1]),
@@ -228,8 +250,9 @@ fn iterate(
         candle_core::bail!("the view loss does not depend on the optimized tensor (bug)");
     };
     let grad_rms = rms(grad)?;
+    let z = z.detach();
     if !l_value.is_finite() || !grad_rms.is_finite() || grad_rms == 0.0 {
-        return Ok(None);
+        return Ok((z, None));
     }
     let record = ChainIteration {
         iteration: 0,
@@ -237,5 +260,5 @@ fn iterate(
         loss: l_value,
         update_rms: 0.0,
     };
-    Ok(Some(((grad / grad_rms)?, record)))
+    Ok((z, Some(((grad / grad_rms)?, record))))
 }

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use serde::Serialize;
 
+use super::generate::same_values;
 use super::settings::RunSettings;
 use super::stream;
 use crate::autodiff::rng::Rng;
@@ -177,8 +178,9 @@ impl Models {
 
     /// The prior's sample of a run guided end to end through the sampler's last steps
     /// ([`guide::end_to_end`]): the same noise as [`Self::run_sample`], the view loss of `target`
-    /// (stream [`stream::SAMPLING`]), as `s.end_to_end` says. With no iterations it is
-    /// [`Self::run_sample`]'s latent, bit for bit.
+    /// (stream [`stream::SAMPLING`]), as `s.end_to_end` says. The guided sample is returned only
+    /// if it beats the unguided one on the held-aside views by `s.guide.keep_margin`; otherwise,
+    /// and with no iterations, it is [`Self::run_sample`]'s latent, bit for bit.
     pub(crate) fn end_to_end_sample(
         &self,
         target: &Target,
@@ -192,8 +194,19 @@ impl Models {
         let view_loss = self.view_loss(target, s);
         let loss = |z: &Tensor, step: usize, rng: &mut Rng| view_loss(z, step, rng);
         let sampling = rng.fork(stream::SAMPLING);
-        let (z, chain) =
+        let r =
             guide::end_to_end_sample(&run, &noise, &s.end_to_end, &loss, &sampling, on_iteration)?;
+        let (mut chain, mut z) = (r.trace, r.unguided);
+        if !same_values(&z, &r.latent)? {
+            let side = s.guide.eval_side(self.scorer.image_size());
+            let score =
+                |z: &Tensor| guide::score(&self.shap_e.decoder, &self.scorer, target, z, side);
+            let scores = [score(&z)?.score, score(&r.latent)?.score];
+            chain.held_aside = Some(scores);
+            if scores[1] >= scores[0] + s.guide.keep_margin {
+                (z, chain.exported_guided) = (r.latent, true);
+            }
+        }
         let trace = SamplingTrace {
             end_to_end: Some(chain),
             ..SamplingTrace::default()
