@@ -132,6 +132,19 @@ fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
     Ok((num / den.max(1e-300)).sqrt())
 }
 
+/// The cells comparing `run` with the `reference` row (none: it is the reference): peak and time
+/// ratios, and the gradient's relative error.
+fn against(run: &Run, reference: Option<&Run>) -> Result<(String, String, String)> {
+    Ok(match reference {
+        Some(r) => (
+            format!("{:.1} %", 100.0 * run.peak as f64 / r.peak as f64),
+            format!("{:.2}×", run.seconds / r.seconds),
+            format!("{:.1e}", rel_err(&run.grad, &r.grad)?),
+        ),
+        None => ("100 %".into(), "1.00×".into(), "0".into()),
+    })
+}
+
 /// The policies to run: `PRIOR_BENCH_POLICIES` (comma-separated, `none` first for the ratios) or all of them.
 fn policies(tiny: bool) -> Result<Vec<Policy>> {
     match std::env::var("PRIOR_BENCH_POLICIES") {
@@ -190,14 +203,7 @@ fn policy_table(shape: &Shape, tokens: usize, tiny: bool) -> Result<()> {
             }
         };
         let run = guided_step(&prior, &p, &inputs)?;
-        let (peak_ratio, time_ratio, err) = match &reference {
-            Some(r) => (
-                format!("{:.1} %", 100.0 * run.peak as f64 / r.peak as f64),
-                format!("{:.2}×", run.seconds / r.seconds),
-                format!("{:.1e}", rel_err(&run.grad, &r.grad)?),
-            ),
-            None => ("100 %".into(), "1.00×".into(), "0".into()),
-        };
+        let (peak_ratio, time_ratio, err) = against(&run, reference.as_ref())?;
         println!(
             "| {p} | {} | {peak_ratio} | {:.1} | {time_ratio} | {recomputed} | {err} |",
             mib(run.peak),
@@ -285,14 +291,7 @@ fn chain_table(shape: &Shape, tokens: usize, n: usize) -> Result<()> {
         (blocks, blocks),
     ] {
         let run = chain_step(&prior, n, policies, &inputs)?;
-        let (peak_ratio, time_ratio, err) = match &reference {
-            Some(r) => (
-                format!("{:.1} %", 100.0 * run.peak as f64 / r.peak as f64),
-                format!("{:.2}×", run.seconds / r.seconds),
-                format!("{:.1e}", rel_err(&run.grad, &r.grad)?),
-            ),
-            None => ("100 %".into(), "1.00×".into(), "0".into()),
-        };
+        let (peak_ratio, time_ratio, err) = against(&run, reference.as_ref())?;
         println!(
             "| {} | {} | {} | {peak_ratio} | {:.1} | {time_ratio} | {err} |",
             policies.0,

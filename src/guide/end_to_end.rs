@@ -20,7 +20,7 @@ use std::str::FromStr;
 use candle_core::{Result, Tensor, Var};
 
 use super::error::GuideError;
-use super::sampling::{rms, LatentLoss};
+use super::latent_loss::{rms, LatentLoss};
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::shap_e::{Denoiser, HeunDiscreteScheduler, PriorTransformer, SamplerChain};

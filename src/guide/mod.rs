@@ -1,5 +1,6 @@
 //! CLIP guidance, one concept per file: guided sampling through the prior ([`sampling`]),
-//! end-to-end guidance through the sampler's last steps ([`end_to_end`]); the
+//! end-to-end guidance through the sampler's last steps ([`end_to_end`]) and the loss both use
+//! ([`latent_loss`]); the
 //! latent optimization's settings ([`settings`]), the
 //! held-aside evaluation ([`held_aside`]), the per-step view loss ([`objective`]), the Adam loop
 //! ([`optimize`]), exploration and the start choice ([`explore`], [`start`], [`analogy`]), the
@@ -12,6 +13,7 @@ pub(crate) mod end_to_end;
 pub(crate) mod error;
 pub(crate) mod explore;
 pub(crate) mod held_aside;
+pub(crate) mod latent_loss;
 pub(crate) mod mode;
 pub(crate) mod objective;
 pub(crate) mod optimize;

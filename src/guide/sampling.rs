@@ -19,6 +19,7 @@ use candle_core::{Result, Tensor, Var};
 
 use super::end_to_end::ChainTrace;
 use super::error::GuideError;
+use super::latent_loss::{rms, LatentLoss};
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::shap_e::{Denoiser, HeunDiscreteScheduler};
@@ -85,20 +86,6 @@ pub struct SamplingTrace {
     /// End-to-end guidance through the last sampler steps, when the run used it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_to_end: Option<ChainTrace>,
-}
-
-/// A differentiable loss of a latent `(1, rows, d)` at a sampler step: `(loss, mean cosine)`,
-/// scalars, drawing its random views from the generator it is given.
-pub(crate) trait LatentLoss {
-    /// The loss and the mean cosine of `z` (whose graph leads back to the sampler state) at Heun
-    /// step `step`.
-    fn loss(&self, z: &Tensor, step: usize, rng: &mut Rng) -> Result<(Tensor, Tensor)>;
-}
-
-impl<F: Fn(&Tensor, usize, &mut Rng) -> Result<(Tensor, Tensor)>> LatentLoss for F {
-    fn loss(&self, z: &Tensor, step: usize, rng: &mut Rng) -> Result<(Tensor, Tensor)> {
-        self(z, step, rng)
-    }
 }
 
 /// Samples a latent `(1, rows, d)` from standard-normal `noise` with `steps` Heun steps of
@@ -206,9 +193,4 @@ fn guide_step(
         x0,
         push: Some((push, record)),
     })
-}
-
-/// Root mean square of a tensor's elements, in f64.
-pub(crate) fn rms(t: &Tensor) -> Result<f64> {
-    Ok((t.sqr()?.mean_all()?.to_scalar::<f32>()? as f64).sqrt())
 }

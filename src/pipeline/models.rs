@@ -9,7 +9,6 @@ use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use serde::Serialize;
 
-use super::generate::same_values;
 use super::settings::RunSettings;
 use super::stream;
 use crate::autodiff::rng::Rng;
@@ -197,7 +196,8 @@ impl Models {
         let r =
             guide::end_to_end_sample(&run, &noise, &s.end_to_end, &loss, &sampling, on_iteration)?;
         let (mut chain, mut z) = (r.trace, r.unguided);
-        if !same_values(&z, &r.latent)? {
+        // Every recorded iteration updated the optimized tensor; without one the two are the same.
+        if !chain.iterations.is_empty() {
             let side = s.guide.eval_side(self.scorer.image_size());
             let score =
                 |z: &Tensor| guide::score(&self.shap_e.decoder, &self.scorer, target, z, side);

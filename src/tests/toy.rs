@@ -195,79 +195,100 @@ fn exploration_keeps_a_right_prior_sample() {
     assert_eq!((c.shape, c.colour), want);
 }
 
+/// "a green sphere" at seed 3 on the embedded default, guided in one mode: the models, settings,
+/// scoring target, root generator and the unguided sample from the same noise.
+struct GreenSphere {
+    m: Models,
+    run: crate::pipeline::RunSettings,
+    target: crate::guide::Target,
+    rng: Rng,
+    plain: Tensor,
+}
+
+impl GreenSphere {
+    fn new(mode: crate::guide::GuideMode) -> Self {
+        use crate::guide::{GuideSettings, Target};
+        let m = models();
+        let mut run = crate::pipeline::RunSettings::for_evaluation(GuideSettings::default());
+        run.mode = mode;
+        let prompt = "a green sphere";
+        let target = Target::new(&m.scorer, prompt, &m.negatives, run.guide.contrast).unwrap();
+        let rng = Rng::new(3);
+        let plain = m.run_sample(prompt, &run, &rng, &Device::Cpu).unwrap();
+        Self {
+            m,
+            run,
+            target,
+            rng,
+            plain,
+        }
+    }
+
+    /// Asserts that `z` beats the unguided sample on the held-aside views by more than 0.01.
+    fn assert_raises_the_held_aside_score(&self, z: &Tensor) {
+        let side = self.run.guide.eval_side(self.m.scorer.image_size());
+        let held_aside = |z: &Tensor| {
+            crate::guide::score(
+                &self.m.shap_e.decoder,
+                &self.m.scorer,
+                &self.target,
+                z,
+                side,
+            )
+            .unwrap()
+            .score
+        };
+        let (before, after) = (held_aside(&self.plain), held_aside(z));
+        eprintln!("held-aside score: unguided {before:.4}, guided {after:.4}");
+        assert!(after > before + 0.01, "unguided {before}, guided {after}");
+    }
+
+    /// Asserts that `z` is the unguided sample, bit for bit.
+    fn assert_unguided(&self, z: &Tensor) {
+        let same = crate::pipeline::same_values(z, &self.plain).unwrap();
+        assert!(same, "guidance that does nothing changed the sample");
+    }
+}
+
 /// Guided sampling through the prior raises the held-aside score of the prior's output over the
 /// unguided sample from the same noise, and with strength 0 it is that sample, bit for bit.
 #[test]
 fn guided_sampling_raises_the_held_aside_score() {
-    use crate::guide::{score, GuideMode, GuideSettings, Target};
-    use crate::pipeline::{same_values, RunSettings};
-    let m = models();
+    let mut g = GreenSphere::new(crate::guide::GuideMode::Sampling);
     let dev = Device::Cpu;
-    let mut run = RunSettings::for_evaluation(GuideSettings::default());
-    run.mode = GuideMode::Sampling;
-    let prompt = "a green sphere";
-    let target = Target::new(&m.scorer, prompt, &m.negatives, run.guide.contrast).unwrap();
-    let rng = Rng::new(3);
-    let plain = m.run_sample(prompt, &run, &rng, &dev).unwrap();
-    let side = run.guide.eval_side(m.scorer.image_size());
-    let held_aside = |z: &Tensor| score(&m.shap_e.decoder, &m.scorer, &target, z, side).unwrap();
-    let (guided, trace) = m
-        .guided_sample(&target, &run, &rng, &dev, |_, _| {})
-        .unwrap();
+    let (guided, trace) =
+        g.m.guided_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
+            .unwrap();
     assert!(!trace.steps.is_empty() && trace.skipped == 0, "{trace:?}");
-    let (before, after) = (held_aside(&plain).score, held_aside(&guided).score);
-    eprintln!("held-aside score: unguided {before:.4}, guided {after:.4}");
-    assert!(after > before + 0.01, "unguided {before}, guided {after}");
-    run.sampling.scale = 0.0;
-    let (off, trace) = m
-        .guided_sample(&target, &run, &rng, &dev, |_, _| {})
-        .unwrap();
+    g.assert_raises_the_held_aside_score(&guided);
+    g.run.sampling.scale = 0.0;
+    let (off, trace) =
+        g.m.guided_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
+            .unwrap();
     assert!(trace.steps.is_empty());
-    assert!(
-        same_values(&off, &plain).unwrap(),
-        "strength 0 changed the sample"
-    );
+    g.assert_unguided(&off);
 }
 
 /// End-to-end guidance through the sampler's last steps raises the held-aside score over the
-/// unguided sample from the same noise, and with no iterations it is that sample, bit for bit.
+/// unguided sample from the same noise (and is exported over it), and with no iterations it is
+/// that sample, bit for bit.
 #[test]
 fn end_to_end_guidance_raises_the_held_aside_score() {
-    use crate::guide::{score, GuideMode, GuideSettings, Target};
-    use crate::pipeline::{same_values, RunSettings};
-    let m = models();
+    let mut g = GreenSphere::new(crate::guide::GuideMode::EndToEnd);
     let dev = Device::Cpu;
-    let mut run = RunSettings::for_evaluation(GuideSettings::default());
-    run.mode = GuideMode::EndToEnd;
-    let prompt = "a green sphere";
-    let target = Target::new(&m.scorer, prompt, &m.negatives, run.guide.contrast).unwrap();
-    let rng = Rng::new(3);
-    let plain = m.run_sample(prompt, &run, &rng, &dev).unwrap();
-    let side = run.guide.eval_side(m.scorer.image_size());
-    let held_aside = |z: &Tensor| score(&m.shap_e.decoder, &m.scorer, &target, z, side).unwrap();
-    let (guided, trace) = m
-        .end_to_end_sample(&target, &run, &rng, &dev, |_, _| {})
-        .unwrap();
+    let (guided, trace) =
+        g.m.end_to_end_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
+            .unwrap();
     let chain = trace.end_to_end.expect("no end-to-end trace");
-    assert_eq!(
-        chain.iterations.len(),
-        run.end_to_end.iterations,
-        "{chain:?}"
-    );
-    let (before, after) = (held_aside(&plain).score, held_aside(&guided).score);
-    eprintln!("held-aside score: unguided {before:.4}, end to end {after:.4}");
-    assert!(
-        after > before + 0.01,
-        "unguided {before}, end to end {after}"
-    );
-    run.end_to_end.iterations = 0;
-    let (off, _) = m
-        .end_to_end_sample(&target, &run, &rng, &dev, |_, _| {})
-        .unwrap();
-    assert!(
-        same_values(&off, &plain).unwrap(),
-        "no iterations changed the sample"
-    );
+    let iterations = g.run.end_to_end.iterations;
+    assert_eq!(chain.iterations.len(), iterations, "{chain:?}");
+    assert!(chain.exported_guided, "{chain:?}");
+    g.assert_raises_the_held_aside_score(&guided);
+    g.run.end_to_end.iterations = 0;
+    let (off, _) =
+        g.m.end_to_end_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
+            .unwrap();
+    g.assert_unguided(&off);
 }
 
 /// A paraphrase of the prompt is not contrasted against it; another combination is.
