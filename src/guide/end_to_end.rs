@@ -167,9 +167,8 @@ pub(crate) fn end_to_end_sample(
     let (mut bad_run, mut unguided) = (0, None);
     for i in 0..e.iterations {
         let mut views = rng.fork(i as u64);
-        let step = iterate(&chain, &inputs, slot, e, (loss, end), &mut views)
+        let (z, step) = iterate(&chain, &inputs, slot, e, (loss, end), &mut views)
             .map_err(GuideError::at(i))?;
-        let (z, step) = step;
         unguided.get_or_insert(z);
         let Some((grad, record)) = step else {
             trace.skipped += 1;
