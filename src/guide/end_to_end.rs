@@ -171,16 +171,7 @@ pub(crate) fn end_to_end_sample(
             .map_err(GuideError::at(i))?;
         unguided.get_or_insert(z);
         let Some((grad, record)) = step else {
-            trace.skipped += 1;
-            bad_run += 1;
-            tracing::warn!("end-to-end iteration {i}: non-finite loss or gradient, skipped");
-            if bad_run >= e.max_bad_steps {
-                return Err(GuideError::NonFinite {
-                    count: bad_run,
-                    step: i,
-                    last_finite: trace.iterations.last().map(|r| r.loss),
-                });
-            }
+            bad_run = skipped(&mut trace, bad_run, i, e.max_bad_steps)?;
             continue;
         };
         bad_run = 0;
@@ -202,6 +193,26 @@ pub(crate) fn end_to_end_sample(
         latent,
         trace,
     })
+}
+
+/// Counts iteration `i` as skipped (non-finite) after `bad_run` skipped ones in a row; the new
+/// count, or the error once `max_bad` are.
+fn skipped(
+    trace: &mut ChainTrace,
+    bad_run: usize,
+    i: usize,
+    max_bad: usize,
+) -> std::result::Result<usize, GuideError> {
+    trace.skipped += 1;
+    tracing::warn!("end-to-end iteration {i}: non-finite loss or gradient, skipped");
+    if bad_run + 1 >= max_bad {
+        return Err(GuideError::NonFinite {
+            count: bad_run + 1,
+            step: i,
+            last_finite: trace.iterations.last().map(|r| r.loss),
+        });
+    }
+    Ok(bad_run + 1)
 }
 
 /// What end-to-end guidance made.
