@@ -157,19 +157,16 @@ impl Models {
         device: &Device,
         on_step: impl FnMut(usize, f32),
     ) -> Result<(Tensor, SamplingTrace)> {
-        let run = self.sampling_run(target, s, device)?;
+        let (run, noise) = self.sampling_run(target, s, rng, device)?;
         let denoiser = Denoiser::new(run.prior, &run.text_embeds, run.guidance_scale)?;
         let mut sched = run.sched.clone();
-        let noise = initial_noise(run.prior, &run.text_embeds, &mut rng.fork(stream::PRIOR))?;
-        let view_loss = self.view_loss(target, s);
-        let loss = |z: &Tensor, step: usize, rng: &mut Rng| view_loss(z, step, rng);
         let sampling = rng.fork(stream::SAMPLING);
         Ok(guide::guided_sample(
             &denoiser,
             &mut sched,
             &noise,
             &s.sampling,
-            &loss,
+            &self.view_loss(target, s),
             &sampling,
             on_step,
         )?)
@@ -188,10 +185,8 @@ impl Models {
         device: &Device,
         on_iteration: impl FnMut(usize, f32),
     ) -> Result<(Tensor, SamplingTrace)> {
-        let run = self.sampling_run(target, s, device)?;
-        let noise = initial_noise(run.prior, &run.text_embeds, &mut rng.fork(stream::PRIOR))?;
-        let view_loss = self.view_loss(target, s);
-        let loss = |z: &Tensor, step: usize, rng: &mut Rng| view_loss(z, step, rng);
+        let (run, noise) = self.sampling_run(target, s, rng, device)?;
+        let loss = self.view_loss(target, s);
         let sampling = rng.fork(stream::SAMPLING);
         let r =
             guide::end_to_end_sample(&run, &noise, &s.end_to_end, &loss, &sampling, on_iteration)?;
@@ -214,14 +209,16 @@ impl Models {
         Ok((z, trace))
     }
 
-    /// The prior's sampling run for `target`'s prompt with settings `s`.
+    /// The prior's sampling run for `target`'s prompt with settings `s`, and its starting noise
+    /// (stream [`stream::PRIOR`] of `rng`, as [`Self::run_sample`] draws it).
     fn sampling_run(
         &self,
         target: &Target,
         s: &RunSettings,
+        rng: &Rng,
         device: &Device,
-    ) -> Result<guide::SamplingRun<'_>> {
-        Ok(guide::SamplingRun {
+    ) -> Result<(guide::SamplingRun<'_>, Tensor)> {
+        let run = guide::SamplingRun {
             prior: &self.shap_e.prior,
             sched: HeunDiscreteScheduler::new(&self.shap_e.scheduler, s.prior_steps)?,
             text_embeds: self.text_embeds(target.prompt(), device)?,
@@ -229,7 +226,9 @@ impl Models {
                 .guidance_scale
                 .map_or(self.shap_e.sampling.guidance_scale, |g| g as f32),
             prior_policy: s.sampling.prior_policy,
-        })
+        };
+        let noise = initial_noise(run.prior, &run.text_embeds, &mut rng.fork(stream::PRIOR))?;
+        Ok((run, noise))
     }
 
     /// The view loss of `target` at sampler step `step` of `s.prior_steps`: `(loss, cosine)`.
