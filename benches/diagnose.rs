@@ -2,7 +2,7 @@
 //! `clipsculpt::toy::probe::diagnose` (`src/toy/probe/diagnose.rs`) for what it prints.
 //!
 //! `cargo bench --bench diagnose [-- --seeds N]` (`TOY_DIR=DIR` for another toy world;
-//! `-- --fitted-only`, `-- --clip`, `-- --clip-only`).
+//! `-- --fitted-only`, `-- --clip`, `-- --clip-only`, `-- --seed-spread`).
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();

@@ -57,6 +57,11 @@ pub(super) struct TrainToy {
     /// plain pairs, as the shipped worlds were trained.
     #[arg(long, default_value_t = 0.0)]
     prior_mixup: f32,
+    /// Objects per combination, each with the world's random size, yaw and shade (1: the
+    /// canonical object, as the shipped worlds); the prior then trains on every instance of its
+    /// combinations, with weight decay, and its samples depend on the seed.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    instances: u16,
 }
 
 impl TrainToy {
@@ -76,6 +81,7 @@ impl TrainToy {
             );
             settings = settings.with_scorer(side);
         }
+        settings = settings.with_instances(self.instances as usize);
         settings.reuse_clip = self.reuse_clip;
         settings.only_scorer = self.only_scorer;
         settings.decoder.factorized = !self.per_object_latents;

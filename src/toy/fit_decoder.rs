@@ -45,6 +45,11 @@ pub(crate) struct FitSettings {
     /// (rows renormalised), instead of a free code per object ([`Codes`]).
     #[serde(default)]
     pub(crate) factorized: bool,
+    /// With factorized latents, the row RMS of a free code per object added to its shape's and
+    /// colour's codes, which tells apart instances of one combination (size, yaw, shade);
+    /// 0: no such code (one instance per combination, the shipped world).
+    #[serde(default)]
+    pub(crate) instance_rms: f64,
 }
 
 impl Default for FitSettings {
@@ -60,6 +65,7 @@ impl Default for FitSettings {
             restarts: 3,
             restart_steps: 300,
             factorized: false,
+            instance_rms: 0.0,
         }
     }
 }
@@ -69,12 +75,15 @@ enum Codes {
     /// One free latent per object `(objects, rows, d)`.
     PerObject(Var),
     /// A code per shape and per colour `(6, rows, d)` each; an object's latent is the row-
-    /// normalised sum of its shape's and its colour's code. Latents of combinations never seen
-    /// together then still lie on a straight line from every object that shares one factor,
-    /// as an encoder's latent space tends to be smooth, rather than at an unrelated random point.
+    /// normalised sum of its shape's and its colour's code (and of its own instance code, when
+    /// there is one). Latents of combinations never seen together then still lie on a straight
+    /// line from every object that shares one factor, as an encoder's latent space tends to be
+    /// smooth, rather than at an unrelated random point.
     Factorized {
         shape: Var,
         colour: Var,
+        /// A small code per object `(objects, rows, d)` at row RMS `FitSettings::instance_rms`.
+        instance: Option<Var>,
         /// Per object: (shape index, colour index).
         index: Vec<(u32, u32)>,
     },
@@ -97,6 +106,12 @@ impl Codes {
             return Ok(Self::PerObject(init(objects.len())?));
         }
         let (shape, colour) = (init(Shape::ALL.len())?, init(Colour::ALL.len())?);
+        let instance = if s.instance_rms > 0.0 {
+            let z = rng.normal_tensor(&[objects.len(), rows, d], dev)?;
+            Some(Var::from_tensor(&normalize_rows(&z, s.instance_rms)?)?)
+        } else {
+            None
+        };
         fn position<T: PartialEq>(all: &[T], x: &T) -> u32 {
             all.iter().position(|y| y == x).unwrap_or(0) as u32
         }
@@ -112,14 +127,28 @@ impl Codes {
         Ok(Self::Factorized {
             shape,
             colour,
+            instance,
             index,
         })
     }
 
-    fn vars(&self) -> Vec<Var> {
+    /// The trainable codes, each with the row RMS it is kept at.
+    fn vars(&self, s: &FitSettings) -> Vec<(Var, f64)> {
         match self {
-            Self::PerObject(z) => vec![z.clone()],
-            Self::Factorized { shape, colour, .. } => vec![shape.clone(), colour.clone()],
+            Self::PerObject(z) => vec![(z.clone(), s.latent_rms)],
+            Self::Factorized {
+                shape,
+                colour,
+                instance,
+                ..
+            } => {
+                let mut v = vec![
+                    (shape.clone(), s.latent_rms),
+                    (colour.clone(), s.latent_rms),
+                ];
+                v.extend(instance.iter().map(|i| (i.clone(), s.instance_rms)));
+                v
+            }
         }
     }
 
@@ -130,6 +159,7 @@ impl Codes {
             Self::Factorized {
                 shape,
                 colour,
+                instance,
                 index,
             } => {
                 let dev = shape.device();
@@ -142,14 +172,19 @@ impl Codes {
                 let c = colour
                     .as_tensor()
                     .index_select(&Tensor::from_vec(ci, n, dev)?, 0)?;
-                normalize_rows(&(s + c)?, rms)
+                let sum = (s + c)?;
+                let sum = match instance {
+                    Some(i) => (sum + i.as_tensor())?,
+                    None => sum,
+                };
+                normalize_rows(&sum, rms)
             }
         }
     }
 
     /// Restores the codes' row RMS after an optimizer step.
-    fn renormalize(&self, rms: f64) -> Result<()> {
-        for v in self.vars() {
+    fn renormalize(&self, s: &FitSettings) -> Result<()> {
+        for (v, rms) in self.vars(s) {
             v.set(&normalize_rows(v.as_tensor(), rms)?)?;
         }
         Ok(())
@@ -185,7 +220,7 @@ pub(crate) fn fit_decoder(
     let rows = cfg.latent_rows();
     let codes = Codes::new(objects, s, rows, cfg.d_latent, &mut rng, dev)?;
     let mut params = varmap.all_vars();
-    params.extend(codes.vars());
+    params.extend(codes.vars(s).into_iter().map(|(v, _)| v));
     let mut opt = AdamW::new(
         params,
         ParamsAdamW {
@@ -209,7 +244,7 @@ pub(crate) fn fit_decoder(
         losses.push(l);
         opt.backward_step(&loss)?;
         on_step(step, l);
-        codes.renormalize(s.latent_rms)?;
+        codes.renormalize(s)?;
     }
     let latents = Var::from_tensor(&codes.latents(s.latent_rms)?.detach())?;
     let mut refits = Vec::new();
@@ -550,6 +585,55 @@ mod tests {
             .max_all()?
             .to_scalar::<f32>()?;
         assert_eq!(diff, 0.0);
+        Ok(())
+    }
+
+    /// With instance codes, two sizes of one red sphere get latents nearer each other than the
+    /// blue cube's (they share both factor codes), yet apart, and the larger one decodes to the
+    /// larger volume: the instance code carries what tells instances apart.
+    #[test]
+    fn instance_codes_tell_instances_of_one_combination_apart() -> Result<()> {
+        let cfg: RendererConfig = serde_json::from_str(
+            r#"{"d_hidden": 8, "d_latent": 16, "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]}"#,
+        )
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let sphere = |scale: f32| {
+            let mut o = WorldObject::canonical(Shape::Sphere, Colour::Red);
+            o.params.scale = scale;
+            o
+        };
+        let objects = [
+            sphere(0.6),
+            sphere(1.0),
+            WorldObject::canonical(Shape::Cube, Colour::Blue),
+        ];
+        let s = FitSettings {
+            steps: 200,
+            points: 512,
+            lr: 1e-2,
+            factorized: true,
+            instance_rms: 0.2,
+            restarts: 0,
+            ..FitSettings::default()
+        };
+        let dev = Device::Cpu;
+        let fit = fit_decoder(&cfg, &objects, &s, &dev, |_, _| {})?;
+        let z = fit.latents.as_tensor().detach();
+        let d = |a: usize, b: usize| -> Result<f32> {
+            (z.get(a)? - z.get(b)?)?.sqr()?.mean_all()?.to_scalar()
+        };
+        let (apart, to_cube) = (d(0, 1)?, d(0, 2)?.min(d(1, 2)?));
+        assert!(apart > 1e-4 && apart < to_cube, "{apart} vs {to_cube}");
+        let pts = Rng::new(5)
+            .uniform_tensor(&[1, 4096, 3], &dev)?
+            .affine(2.0, -1.0)?;
+        let volume = |i: usize| -> Result<f32> {
+            let w = fit.decoder.mlp_weights(&z.narrow(0, i, 1)?)?;
+            let sdf = nerstf::sdf(&fit.decoder.query(&w, &pts)?)?;
+            sdf.gt(0f32)?.to_dtype(DType::F32)?.sum_all()?.to_scalar()
+        };
+        let (small, large) = (volume(0)?, volume(1)?);
+        assert!(large > 1.5 * small, "inside points: {small} vs {large}");
         Ok(())
     }
 

@@ -63,7 +63,8 @@ pub(crate) fn toy_clip_json(s: &ClipTrainSettings) -> serde_json::Value {
 
 /// The training log (not checksummed: it holds timings).
 pub(crate) const LOG_FILE: &str = "train_log.json";
-/// The fitted latents `(combos, rows, d_latent)`, in the order of the settings' `combos`.
+/// The fitted latents `(combos · instances, rows, d_latent)`, in the order of the settings'
+/// `combos` (each combination's instances together).
 pub(crate) const LATENTS_FILE: &str = "latents.safetensors";
 
 /// The caption of every combination, one per line, beside the scoring CLIP's weights: for
@@ -78,6 +79,9 @@ pub(crate) struct ToyTrainSettings {
     pub(crate) seed: u64,
     /// The combinations to train on (all of them, or a subset for `--quick`).
     pub(crate) combos: Vec<(Shape, Colour)>,
+    /// Objects per combination: 1 is the canonical object (the shipped worlds); more are drawn
+    /// with the world's random size, yaw and shade ([`ToyTrainSettings::with_instances`]).
+    pub(crate) instances: usize,
     /// Decoder fit.
     pub(crate) decoder: FitSettings,
     /// Contrastive training of the conditioning CLIP, whose text tower is the prior's
@@ -111,6 +115,7 @@ impl ToyTrainSettings {
         Self {
             seed,
             combos: combinations(),
+            instances: 1,
             decoder: FitSettings {
                 steps: 1000,
                 points: 1024,
@@ -122,6 +127,7 @@ impl ToyTrainSettings {
                 restarts: 3,
                 restart_steps: 300,
                 factorized: true,
+                instance_rms: 0.0,
             },
             clip: ClipTrainSettings {
                 steps: 4000,
@@ -139,6 +145,8 @@ impl ToyTrainSettings {
                 steps: 2000,
                 lr: 1e-3,
                 repeats: 1,
+                batch: 0,
+                weight_decay: 0.0,
                 cond_dropout: 0.1,
                 mixup: 0.0,
                 seed: seed + 3,
@@ -173,6 +181,23 @@ impl ToyTrainSettings {
         s.clip.samples = 16;
         s.prior.steps = 30;
         s
+    }
+
+    /// `k` instances of every combination, each with the world's random size, yaw and shade, so
+    /// that a caption names a distribution rather than one latent and the prior's samples depend
+    /// on the seed (`train-toy --instances K`). Each instance's latent adds a free instance code
+    /// of row RMS 0.2 to its shape's and colour's codes; the decoder fit draws `1/k` of the points
+    /// per object, so a step costs what it did; the prior draws 30 pairs per batch (a step costs
+    /// what it did) and is regularised by AdamW weight decay 0.1.
+    pub(crate) fn with_instances(mut self, k: usize) -> Self {
+        self.instances = k.max(1);
+        if k > 1 {
+            self.decoder.points = (self.decoder.points / k).max(32);
+            self.decoder.instance_rms = 0.2;
+            self.prior.batch = 30;
+            self.prior.weight_decay = 0.1;
+        }
+        self
     }
 
     /// Adds a separate scoring CLIP trained by the conditioning CLIP's recipe on `side`-pixel
@@ -531,11 +556,7 @@ fn decoder_stage(
     on_progress: &mut impl FnMut(TrainProgress),
 ) -> Result<super::fit_decoder::DecoderFit> {
     on_progress(TrainProgress::Stage("fitting the decoder", s.decoder.steps));
-    let objects: Vec<WorldObject> = s
-        .combos
-        .iter()
-        .map(|&(sh, c)| WorldObject::canonical(sh, c))
-        .collect();
+    let objects = world_objects(s);
     let fit = fit_decoder(renderer, &objects, &s.decoder, dev, |_, l| {
         on_progress(TrainProgress::Step(l))
     })?;
@@ -549,7 +570,25 @@ fn decoder_stage(
     Ok(fit)
 }
 
-/// Trains the prior on the latents `(combos, rows, d)` of `s.combos` that are not in
+/// The objects the decoder is fitted to, combination-major: `s.instances` of each of `s.combos`
+/// (the canonical object when there is one instance).
+fn world_objects(s: &ToyTrainSettings) -> Vec<WorldObject> {
+    if s.instances <= 1 {
+        return s
+            .combos
+            .iter()
+            .map(|&(sh, c)| WorldObject::canonical(sh, c))
+            .collect();
+    }
+    let mut rng = crate::autodiff::rng::Rng::new(s.decoder.seed ^ 0x1257);
+    s.combos
+        .iter()
+        .flat_map(|&(sh, c)| (0..s.instances).map(move |_| (sh, c)))
+        .map(|(sh, c)| WorldObject::random(sh, c, &mut rng))
+        .collect()
+}
+
+/// Trains the prior on the latents `(combos · instances, rows, d)` of `s.combos` that are not in
 /// `s.held_out`, conditioned on `text_model`'s embeddings of their captions; writes its weights
 /// and `held_out.txt` into `shap_e_dir`.
 fn prior_stage(
@@ -563,17 +602,25 @@ fn prior_stage(
 ) -> Result<PriorTraining> {
     on_progress(TrainProgress::Stage("training the prior", s.prior.steps));
     let tokenizer = toy_tokenizer()?;
+    let n = all_latents.dim(0)?;
+    if n == 0 || n % s.combos.len() != 0 {
+        candle_core::bail!("{n} latents for {} combinations", s.combos.len());
+    }
+    let per_combo = n / s.combos.len();
     let mut latents = Vec::new();
     let mut embeds = Vec::new();
     for (i, &(sh, c)) in s.combos.iter().enumerate() {
         if s.held_out.contains(&(sh, c)) {
             continue;
         }
-        latents.push(all_latents.get(i)?.detach());
         let texts = captions(sh, c);
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
-        embeds.push(text_model.forward(&ids)?.1.detach());
+        let embed = text_model.forward(&ids)?.1.detach();
+        for k in 0..per_combo {
+            latents.push(all_latents.get(i * per_combo + k)?.detach());
+            embeds.push(embed.clone());
+        }
     }
     if latents.is_empty() {
         candle_core::bail!("every combination is held out: nothing to train the prior on");
@@ -755,6 +802,9 @@ fn command_line(s: &ToyTrainSettings) -> String {
     if s.prior.mixup > 0.0 {
         c.push_str(&format!(" --prior-mixup {}", s.prior.mixup));
     }
+    if s.instances > 1 {
+        c.push_str(&format!(" --instances {}", s.instances));
+    }
     c
 }
 
@@ -836,6 +886,29 @@ mod tests {
             command_line(&s),
             "clipsculpt train-toy --seed 0 --only-prior --prior-mixup 0.5"
         );
+    }
+
+    /// `--instances K` fits K objects per combination, combination-major, drawn from the world's
+    /// variation (seeded: the same settings give the same objects), and the command line records it.
+    #[test]
+    fn instances_are_drawn_per_combination_and_recorded() {
+        let s = ToyTrainSettings::full(0).with_instances(3);
+        let objects = world_objects(&s);
+        assert_eq!(objects.len(), 3 * s.combos.len());
+        for (i, &(sh, c)) in s.combos.iter().enumerate() {
+            let mine = &objects[3 * i..3 * i + 3];
+            assert!(mine.iter().all(|o| (o.shape, o.colour) == (sh, c)));
+            assert!(mine[0].params != mine[1].params && mine[1].params != mine[2].params);
+        }
+        assert_eq!(objects, world_objects(&s));
+        assert_eq!(s.decoder.points, 1024 / 3);
+        assert!(command_line(&s).ends_with(" --instances 3"));
+        let one = ToyTrainSettings::full(0).with_instances(1);
+        assert_eq!(
+            world_objects(&one)[0],
+            WorldObject::canonical(Shape::Sphere, Colour::Red)
+        );
+        assert_eq!(one.decoder.points, 1024);
     }
 
     fn mean(v: &[f32]) -> f32 {

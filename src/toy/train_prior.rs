@@ -25,6 +25,13 @@ pub(crate) struct PriorTrainSettings {
     pub(crate) lr: f64,
     /// Copies of the training set per batch (each with its own caption, timestep and noise).
     pub(crate) repeats: usize,
+    /// Pairs per batch, drawn at random with replacement; 0: the whole set `repeats` times (the
+    /// shipped worlds).
+    #[serde(default)]
+    pub(crate) batch: usize,
+    /// AdamW's decoupled weight decay (0 in the shipped worlds).
+    #[serde(default)]
+    pub(crate) weight_decay: f64,
     /// Probability of replacing the conditioning by the unconditional (zero) embedding.
     pub(crate) cond_dropout: f32,
     /// Probability that a batch element is a mixup: `λ·(latent, conditioning)` of its own pair plus
@@ -71,13 +78,13 @@ pub(crate) fn train_prior(
         varmap.all_vars(),
         ParamsAdamW {
             lr: s.lr,
-            weight_decay: 0.0,
+            weight_decay: s.weight_decay,
             ..Default::default()
         },
     )?;
     let schedule = LrSchedule::warmup_cosine(s.lr, s.steps, 0.05);
-    let b = n * s.repeats;
-    let x0 = Tensor::cat(&vec![latents.clone(); s.repeats], 0)?.detach();
+    let b = if s.batch > 0 { s.batch } else { n * s.repeats };
+    let all = Tensor::cat(&vec![latents.clone(); s.repeats], 0)?.detach();
     let mut losses = Vec::with_capacity(s.steps);
     for step in 0..s.steps {
         opt.set_learning_rate(schedule.at(step));
@@ -86,22 +93,27 @@ pub(crate) fn train_prior(
         let mut scale_in = Vec::with_capacity(b);
         let mut cond = Vec::with_capacity(b);
         let mut mix = vec![0f32; b * n];
-        for i in 0..b {
+        let pick: Vec<usize> = if s.batch > 0 {
+            (0..b).map(|_| rng.below(n)).collect()
+        } else {
+            (0..b).map(|i| i % n).collect()
+        };
+        for (i, &own) in pick.iter().enumerate() {
             let t = rng.below(sigmas.len());
             let sigma = sigmas[t];
             ts.push(t as f32);
             scale_noise.push(sigma);
             scale_in.push(1.0 / (sigma * sigma + 1.0).sqrt());
-            let c = &conds[i % n];
+            let c = &conds[own];
             let mut row = c.get(rng.below(c.dim(0)?))?;
-            mix[i * n + i % n] = 1.0;
+            mix[i * n + own] = 1.0;
             if s.mixup > 0.0 && rng.uniform() < s.mixup {
                 let (j, lambda) = (rng.below(n), rng.uniform());
                 let other = conds[j].get(rng.below(conds[j].dim(0)?))?;
                 // Renormalised, as every conditioning is (`sampler::condition`).
                 let mixed = ((row * lambda as f64)? + (other * (1.0 - lambda) as f64)?)?;
                 row = sampler::condition(&mixed)?;
-                mix[i * n + i % n] = lambda;
+                mix[i * n + own] = lambda;
                 mix[i * n + j] += 1.0 - lambda;
             }
             cond.push(if rng.uniform() < s.cond_dropout {
@@ -113,11 +125,18 @@ pub(crate) fn train_prior(
         let col = |v: Vec<f32>| Tensor::from_vec(v, (b, 1, 1), dev);
         let x0 = if s.mixup > 0.0 {
             let flat = latents.reshape((n, ()))?;
+            let mut dims = latents.dims().to_vec();
+            dims[0] = b;
             Tensor::from_vec(mix, (b, n), dev)?
                 .matmul(&flat)?
-                .reshape(x0.dims())?
+                .reshape(dims)?
+        } else if s.batch > 0 {
+            let idx: Vec<u32> = pick.iter().map(|&i| i as u32).collect();
+            latents
+                .index_select(&Tensor::from_vec(idx, b, dev)?, 0)?
+                .detach()
         } else {
-            x0.clone()
+            all.clone()
         };
         let eps = rng.normal_tensor(x0.dims(), dev)?;
         let x_t = (&x0 + eps.broadcast_mul(&col(scale_noise)?)?)?.broadcast_mul(&col(scale_in)?)?;
@@ -166,6 +185,8 @@ mod tests {
             steps: 150,
             lr: 3e-3,
             repeats: 4,
+            batch: 0,
+            weight_decay: 0.0,
             cond_dropout: 0.1,
             mixup: 0.0,
             seed: 1,
@@ -205,6 +226,45 @@ mod tests {
         Ok(())
     }
 
+    /// Batches drawn at random (with weight decay) train too: the loss falls, and a decayed
+    /// prior's weights are smaller than the same training's without decay.
+    #[test]
+    fn random_batches_with_weight_decay_train() -> Result<()> {
+        let dev = Device::Cpu;
+        let cfg = tiny_config()?;
+        let mut rng = Rng::new(5);
+        let latents = rng.uniform_tensor(&[3, 4, 16], &dev)?.affine(1.6, -0.8)?;
+        let embeds: Vec<Tensor> = (0..3)
+            .map(|_| rng.normal_tensor(&[2, 8], &dev))
+            .collect::<Result<_>>()?;
+        let sched = SchedulerConfig::shap_e();
+        let norm = |decay: f64| -> Result<(f32, Vec<f32>)> {
+            let s = PriorTrainSettings {
+                steps: 120,
+                lr: 3e-3,
+                repeats: 1,
+                batch: 5,
+                weight_decay: decay,
+                cond_dropout: 0.1,
+                mixup: 0.0,
+                seed: 1,
+            };
+            let out = train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {})?;
+            let mut sq = 0f32;
+            for v in out.varmap.all_vars() {
+                sq += v.as_tensor().sqr()?.sum_all()?.to_scalar::<f32>()?;
+            }
+            Ok((sq.sqrt(), out.losses))
+        };
+        let (plain, losses) = norm(0.0)?;
+        let mean = |v: &[f32]| v.iter().sum::<f32>() / v.len() as f32;
+        let (first, last) = (mean(&losses[..12]), mean(&losses[108..]));
+        assert!(last < 0.7 * first, "loss {first} → {last}");
+        let (decayed, _) = norm(0.5)?;
+        assert!(decayed < plain, "{decayed} vs {plain}");
+        Ok(())
+    }
+
     /// With mixup, the conditioning halfway between two pairs' gives a sample nearer the halfway
     /// latent than either latent: the mixed pairs were trained on.
     #[test]
@@ -221,6 +281,8 @@ mod tests {
             steps: 200,
             lr: 3e-3,
             repeats: 8,
+            batch: 0,
+            weight_decay: 0.0,
             cond_dropout: 0.0,
             mixup: 0.5,
             seed: 1,

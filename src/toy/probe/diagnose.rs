@@ -9,6 +9,9 @@
 //! - how much a step along the cosine's gradient changes the shape (occupancy) and the colour of
 //!   the decoded field, compared with a step of the same length toward the fitted latent.
 //!
+//! `-- --seed-spread` prints only how the prior's plain samples vary with the seed and which
+//! fitted latent each lies nearest (every caption, `--seeds N` seeds each).
+//!
 //! `-- --fitted-only` prints only the first table (the fitted latents). `-- --clip` adds, and
 //! `-- --clip-only` prints only, how well the scoring CLIP itself recognises ground-truth renders
 //! of the analytic objects (random views, each held-aside background): top-1 caption, shape and
@@ -168,10 +171,23 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/toy"));
     let models = Models::load(&root.join("shap_e"), &root.join("clip"), &dev)?;
-    let fitted = candle_core::safetensors::load(root.join("latents.safetensors"), &dev)?
+    let all = candle_core::safetensors::load(root.join("latents.safetensors"), &dev)?
         .remove("latent")
         .ok_or_else(|| anyhow::anyhow!("no latent"))?;
     let combos = combinations();
+    let per_combo = all.dim(0)? / combos.len();
+    anyhow::ensure!(
+        per_combo > 0 && all.dim(0)? % combos.len() == 0,
+        "{} latents for {} combinations",
+        all.dim(0)?,
+        combos.len()
+    );
+    if args.iter().any(|a| a == "--seed-spread") {
+        return seed_spread(&models, &all, per_combo, seeds, &dev);
+    }
+    // The first instance of each combination.
+    let first: Vec<u32> = (0..combos.len()).map(|i| (i * per_combo) as u32).collect();
+    let fitted = all.index_select(&Tensor::new(first.as_slice(), &dev)?, 0)?;
     let caps: Vec<String> = combos.iter().map(|&(s, c)| caption(s, c)).collect();
     let refs: Vec<&str> = caps.iter().map(|s| s.as_str()).collect();
     let texts = models.scorer.embed_texts(&refs)?;
@@ -199,6 +215,89 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         return Ok(());
     }
     line_table(&s, &run, &points, seeds)
+}
+
+/// RMS distance between two latents.
+fn rms_distance(a: &Tensor, b: &Tensor) -> Result<f32> {
+    Ok((a - b)?.sqr()?.mean_all()?.sqrt()?.to_scalar()?)
+}
+
+/// How the prior's plain samples (64 steps, the world's guidance scale) depend on the seed: per
+/// caption, the mean RMS distance between its seeds' samples and the combination whose fitted
+/// latent (any instance) lies nearest each sample; then the mean spread within a caption against
+/// the mean distance between captions (seed 0), and how many held-out and seen samples lie
+/// nearest their own combination.
+fn seed_spread(
+    models: &Models,
+    fitted: &Tensor,
+    per_combo: usize,
+    seeds: u64,
+    dev: &Device,
+) -> Result<()> {
+    let combos = combinations();
+    println!("## Prior samples by seed ({seeds} seeds, 64 steps)\n\n| caption | held out | spread between seeds | to own fitted (seed 0) | nearest fitted combination per seed |\n|---|---|---|---|---|");
+    let (mut spread_sum, mut own) = (0.0f32, [[0usize; 2]; 2]);
+    let mut first = Vec::new();
+    for (i, &(shape, colour)) in combos.iter().enumerate() {
+        let cap = caption(shape, colour);
+        let samples: Vec<Tensor> = (0..seeds)
+            .map(|seed| models.sample(&cap, 64, None, &mut Rng::new(seed), dev))
+            .collect::<Result<_>>()?;
+        let mut pairs = (0.0f32, 0usize);
+        for a in 0..samples.len() {
+            for b in a + 1..samples.len() {
+                pairs = (
+                    pairs.0 + rms_distance(&samples[a], &samples[b])?,
+                    pairs.1 + 1,
+                );
+            }
+        }
+        let spread = pairs.0 / pairs.1.max(1) as f32;
+        spread_sum += spread;
+        let held = is_held_out(shape, colour) as usize;
+        let to_own = (0..per_combo)
+            .map(|k| rms_distance(&samples[0].squeeze(0)?, &fitted.get(i * per_combo + k)?))
+            .collect::<Result<Vec<f32>>>()?
+            .into_iter()
+            .fold(f32::INFINITY, f32::min);
+        let mut nearest = Vec::new();
+        for z in &samples {
+            let d: Vec<f32> = (0..fitted.dim(0)?)
+                .map(|j| rms_distance(&z.squeeze(0)?, &fitted.get(j)?))
+                .collect::<Result<_>>()?;
+            let j = (0..d.len())
+                .min_by(|&a, &b| d[a].total_cmp(&d[b]))
+                .unwrap_or(0);
+            let (sh, c) = combos[j / per_combo];
+            own[held][((sh, c) == (shape, colour)) as usize] += 1;
+            nearest.push(format!("{} ({:.3})", caption(sh, c), d[j]));
+        }
+        println!(
+            "| {cap} | {} | {spread:.3} | {to_own:.3} | {} |",
+            held == 1,
+            nearest.join(", ")
+        );
+        first.push(samples[0].clone());
+    }
+    let mut between = (0.0f32, 0usize);
+    for a in 0..first.len() {
+        for b in a + 1..first.len() {
+            between = (
+                between.0 + rms_distance(&first[a], &first[b])?,
+                between.1 + 1,
+            );
+        }
+    }
+    println!(
+        "\nmean spread between seeds {:.4}, mean distance between captions (seed 0) {:.4}; samples nearest their own combination: seen {}/{}, held out {}/{}",
+        spread_sum / combos.len() as f32,
+        between.0 / between.1.max(1) as f32,
+        own[0][1],
+        own[0][0] + own[0][1],
+        own[1][1],
+        own[1][0] + own[1][1]
+    );
+    Ok(())
 }
 
 /// Table 1: the fitted latents themselves: the evaluator's verdict and CLIP's rank of their own caption.
