@@ -107,6 +107,9 @@ pub(crate) struct ToyTrainSettings {
     /// Train only the prior into an existing world in the output folder (for another held-out
     /// split), keeping its decoder, latents and CLIPs.
     pub(crate) only_prior: bool,
+    /// With `only_prior`: first make the scoring CLIP's text tower (`clip/`) the prior's text
+    /// encoder, so the prior is conditioned by the CLIP that tells captions apart best.
+    pub(crate) prior_text_from_scorer: bool,
 }
 
 impl ToyTrainSettings {
@@ -147,6 +150,7 @@ impl ToyTrainSettings {
                 repeats: 1,
                 batch: 0,
                 weight_decay: 0.0,
+                timestep_power: 1.0,
                 cond_dropout: 0.1,
                 mixup: 0.0,
                 seed: seed + 3,
@@ -160,6 +164,7 @@ impl ToyTrainSettings {
             only_scorer: false,
             held_out: HELD_OUT.to_vec(),
             only_prior: false,
+            prior_text_from_scorer: false,
         }
     }
 
@@ -451,6 +456,13 @@ pub(crate) fn train_toy(
         None => None,
     };
 
+    // Without a new scorer, `--reuse-clip` keeps the earlier `clip/` and so its logged curves.
+    let kept = kept_log(out, s);
+    let (scorer_loss, scorer_accuracy, scorer_seconds) = match (&scorer, s.reuse_clip) {
+        (Some(c), _) => (c.loss.clone(), c.accuracy.clone(), c.seconds),
+        (None, true) => (kept.scorer_loss, kept.scorer_accuracy, kept.seconds[3]),
+        (None, false) => Default::default(),
+    };
     let log = TrainLog {
         settings: s.clone(),
         decoder_loss: fit.losses,
@@ -458,17 +470,9 @@ pub(crate) fn train_toy(
         clip_loss: conditioning.loss,
         clip_accuracy: conditioning.accuracy,
         prior_loss: prior.losses,
-        scorer_loss: scorer.as_ref().map(|c| c.loss.clone()).unwrap_or_default(),
-        scorer_accuracy: scorer
-            .as_ref()
-            .map(|c| c.accuracy.clone())
-            .unwrap_or_default(),
-        seconds: [
-            t_decoder,
-            conditioning.seconds,
-            t_prior,
-            scorer.as_ref().map_or(0.0, |c| c.seconds),
-        ],
+        scorer_loss,
+        scorer_accuracy,
+        seconds: [t_decoder, conditioning.seconds, t_prior, scorer_seconds],
     };
     finish(out, s, &log, None)?;
     Ok(log)
@@ -659,6 +663,13 @@ fn train_prior_only(
 ) -> Result<TrainLog> {
     let shap_e_dir = out.join("shap_e");
     let text_weights = shap_e_dir.join("text_encoder").join("model.safetensors");
+    if s.prior_text_from_scorer {
+        let scorer =
+            candle_core::safetensors::load(out.join("clip").join("model.safetensors"), dev)?;
+        let text: HashMap<String, Tensor> =
+            scorer.into_iter().filter(|(k, _)| is_text_key(k)).collect();
+        save_tensors(&text, &text_weights)?;
+    }
     let read = |p: &Path| -> Result<String> {
         std::fs::read_to_string(p).map_err(|e| {
             msg(format!(
@@ -777,11 +788,13 @@ fn finish_kept(out: &Path, s: &ToyTrainSettings, log: &TrainLog) -> Result<()> {
 /// The command line that reproduces `s`.
 fn command_line(s: &ToyTrainSettings) -> String {
     let mut c = format!("clipsculpt train-toy --seed {}", s.seed);
+    let quick = s.combos.len() < combinations().len();
     for (on, flag) in [
-        (s.combos.len() < combinations().len(), " --quick"),
+        (quick, " --quick"),
         (s.reuse_clip, " --reuse-clip"),
         (s.only_scorer, " --only-scorer"),
         (s.only_prior, " --only-prior"),
+        (s.prior_text_from_scorer, " --prior-text-from-scorer"),
         (!s.decoder.factorized, " --per-object-latents"),
     ] {
         if on {
@@ -804,6 +817,15 @@ fn command_line(s: &ToyTrainSettings) -> String {
     }
     if s.instances > 1 {
         c.push_str(&format!(" --instances {}", s.instances));
+    }
+    if s.prior.timestep_power != 1.0 {
+        c.push_str(&format!(
+            " --prior-timestep-power {}",
+            s.prior.timestep_power
+        ));
+    }
+    if s.prior.steps != ToyTrainSettings::full(s.seed).prior.steps && !quick {
+        c.push_str(&format!(" --prior-train-steps {}", s.prior.steps));
     }
     c
 }

@@ -183,6 +183,7 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         combos.len()
     );
     if args.iter().any(|a| a == "--seed-spread") {
+        text_separation(&models, &dev)?;
         return seed_spread(&models, &all, per_combo, seeds, &dev);
     }
     // The first instance of each combination.
@@ -215,6 +216,50 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         return Ok(());
     }
     line_table(&s, &run, &points, seeds)
+}
+
+/// How far apart the text towers put each held-out caption from the seen ones: the cosine of
+/// its embedding with the nearest seen caption's, for the prior's conditioning and for the scorer.
+fn text_separation(models: &Models, dev: &Device) -> Result<()> {
+    let combos = combinations();
+    let caps: Vec<String> = combos.iter().map(|&(s, c)| caption(s, c)).collect();
+    let refs: Vec<&str> = caps.iter().map(String::as_str).collect();
+    let unit = |t: Tensor| -> Result<Tensor> {
+        Ok(t.broadcast_div(&t.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?)?)
+    };
+    let prior = unit(Tensor::cat(
+        &refs
+            .iter()
+            .map(|p| models.text_embeds(p, dev))
+            .collect::<std::result::Result<Vec<_>, _>>()?,
+        0,
+    )?)?;
+    let scorer = unit(models.scorer.embed_texts(&refs)?)?;
+    println!("## Held-out captions against the nearest seen caption (cosine)\n\n| caption | prior's text encoder | scoring CLIP |\n|---|---|---|");
+    for (i, &(shape, colour)) in combos.iter().enumerate() {
+        if !is_held_out(shape, colour) {
+            continue;
+        }
+        let nearest = |e: &Tensor| -> Result<String> {
+            let cos = e
+                .matmul(&e.get(i)?.unsqueeze(1)?)?
+                .squeeze(1)?
+                .to_vec1::<f32>()?;
+            let j = (0..cos.len())
+                .filter(|&j| !is_held_out(combos[j].0, combos[j].1))
+                .max_by(|&a, &b| cos[a].total_cmp(&cos[b]))
+                .unwrap_or(0);
+            Ok(format!("{} {:.4}", caps[j], cos[j]))
+        };
+        println!(
+            "| {} | {} | {} |",
+            caps[i],
+            nearest(&prior)?,
+            nearest(&scorer)?
+        );
+    }
+    println!();
+    Ok(())
 }
 
 /// RMS distance between two latents.
