@@ -981,7 +981,8 @@ mod tests {
 
     /// `--only-scorer` replaces only `clip/` (the prior, decoder, latents and text encoder keep
     /// their bytes) and the manifest names the run whose stages it kept; `--reuse-clip` then
-    /// keeps the prior's text encoder byte for byte.
+    /// keeps the prior's text encoder byte for byte, and `--prior-text-from-scorer` replaces it
+    /// with the scorer's text tower.
     #[test]
     fn scorer_only_and_reused_text_encoder_keep_the_other_stages() -> Result<()> {
         let dir = tempfile::tempdir().map_err(msg)?;
@@ -1016,6 +1017,23 @@ mod tests {
         train_toy(dir.path(), &reuse, &Device::Cpu, |_| {})?;
         let text = "shap_e/text_encoder/model.safetensors";
         assert_eq!(checksums(dir.path())?.get(text), before.get(text));
+        // `--only-prior --prior-text-from-scorer`: the prior's text encoder becomes the scorer's
+        // text tower, tensor for tensor.
+        let mut from_scorer = s.clone();
+        (from_scorer.only_prior, from_scorer.prior_text_from_scorer) = (true, true);
+        train_toy(dir.path(), &from_scorer, &Device::Cpu, |_| {})?;
+        let load = |p: &str| candle_core::safetensors::load(dir.path().join(p), &Device::Cpu);
+        let (encoder, scorer) = (load(text)?, load("clip/model.safetensors")?);
+        assert!(!encoder.is_empty());
+        assert_eq!(
+            encoder.len(),
+            scorer.keys().filter(|k| is_text_key(k)).count()
+        );
+        for (k, v) in &encoder {
+            let diff = (v - &scorer[k])?.abs()?.max_all()?.to_scalar::<f32>()?;
+            assert_eq!(diff, 0.0, "{k}");
+        }
+        assert_ne!(checksums(dir.path())?.get(text), before.get(text));
         Ok(())
     }
 
