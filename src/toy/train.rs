@@ -1037,23 +1037,29 @@ mod tests {
         Ok(())
     }
 
-    /// The committed embedded default is a trained one and matches its manifest's checksums.
+    /// The committed embedded default and the experimental worlds beside it are trained ones and
+    /// match their manifests' checksums.
     #[test]
     fn embedded_assets_match_their_manifest() -> Result<()> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("assets")
-            .join("toy");
-        let manifest: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(root.join("MANIFEST.json")).map_err(msg)?)
-                .map_err(msg)?;
-        assert_eq!(manifest["trained"], serde_json::Value::Bool(true));
-        let listed: std::collections::BTreeMap<String, String> =
-            serde_json::from_value(manifest["files"].clone()).map_err(msg)?;
-        assert_eq!(
-            listed,
-            checksums(&root)?,
-            "assets/toy differs from its manifest"
-        );
+        let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
+        for world in ["toy", "toy-b", "toy-c", "toy-mixup", "toy-instances"] {
+            let root = assets.join(world);
+            let manifest: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(root.join("MANIFEST.json")).map_err(msg)?)
+                    .map_err(msg)?;
+            assert_eq!(
+                manifest["trained"],
+                serde_json::Value::Bool(true),
+                "{world}"
+            );
+            let listed: std::collections::BTreeMap<String, String> =
+                serde_json::from_value(manifest["files"].clone()).map_err(msg)?;
+            assert_eq!(
+                listed,
+                checksums(&root)?,
+                "assets/{world} differs from its manifest"
+            );
+        }
         Ok(())
     }
 }
