@@ -267,6 +267,18 @@ fn rms_distance(a: &Tensor, b: &Tensor) -> Result<f32> {
     Ok((a - b)?.sqr()?.mean_all()?.sqrt()?.to_scalar()?)
 }
 
+/// Mean RMS distance over every pair of `latents` (0 with fewer than two).
+fn mean_pairwise_distance(latents: &[Tensor]) -> Result<f32> {
+    let (mut sum, mut count) = (0.0f32, 0usize);
+    for a in 0..latents.len() {
+        for b in a + 1..latents.len() {
+            sum += rms_distance(&latents[a], &latents[b])?;
+            count += 1;
+        }
+    }
+    Ok(sum / count.max(1) as f32)
+}
+
 /// How the prior's plain samples (64 steps, the world's guidance scale) depend on the seed: per
 /// caption, the mean RMS distance between its seeds' samples and the combination whose fitted
 /// latent (any instance) lies nearest each sample; then the mean spread within a caption against
@@ -288,16 +300,7 @@ fn seed_spread(
         let samples: Vec<Tensor> = (0..seeds)
             .map(|seed| models.sample(&cap, 64, None, &mut Rng::new(seed), dev))
             .collect::<Result<_>>()?;
-        let mut pairs = (0.0f32, 0usize);
-        for a in 0..samples.len() {
-            for b in a + 1..samples.len() {
-                pairs = (
-                    pairs.0 + rms_distance(&samples[a], &samples[b])?,
-                    pairs.1 + 1,
-                );
-            }
-        }
-        let spread = pairs.0 / pairs.1.max(1) as f32;
+        let spread = mean_pairwise_distance(&samples)?;
         spread_sum += spread;
         let held = is_held_out(shape, colour) as usize;
         let to_own = (0..per_combo)
@@ -324,19 +327,11 @@ fn seed_spread(
         );
         first.push(samples[0].clone());
     }
-    let mut between = (0.0f32, 0usize);
-    for a in 0..first.len() {
-        for b in a + 1..first.len() {
-            between = (
-                between.0 + rms_distance(&first[a], &first[b])?,
-                between.1 + 1,
-            );
-        }
-    }
+    let between = mean_pairwise_distance(&first)?;
     println!(
         "\nmean spread between seeds {:.4}, mean distance between captions (seed 0) {:.4}; samples nearest their own combination: seen {}/{}, held out {}/{}",
         spread_sum / combos.len() as f32,
-        between.0 / between.1.max(1) as f32,
+        between,
         own[0][1],
         own[0][0] + own[0][1],
         own[1][1],
