@@ -59,7 +59,7 @@ pub(super) struct TrainToy {
     prior_mixup: f32,
     /// Objects per combination, each with the world's random size, yaw and shade (1: the
     /// canonical object, as the shipped worlds); the prior then trains on every instance of its
-    /// combinations, with weight decay, and its samples depend on the seed.
+    /// combinations, with weight decay.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     instances: u16,
     /// With --only-prior: make the scoring CLIP's text tower (clip/) the prior's text encoder

@@ -189,8 +189,8 @@ impl ToyTrainSettings {
     }
 
     /// `k` instances of every combination, each with the world's random size, yaw and shade, so
-    /// that a caption names a distribution rather than one latent and the prior's samples depend
-    /// on the seed (`train-toy --instances K`). Each instance's latent adds a free instance code
+    /// that a caption names a distribution rather than one latent (`train-toy --instances K`;
+    /// the prior's samples still vary little with the seed, docs/toy-world.md). Each instance's latent adds a free instance code
     /// of row RMS 0.2 to its shape's and colour's codes; the decoder fit draws `1/k` of the points
     /// per object, so a step costs what it did; the prior draws 30 pairs per batch (a step costs
     /// what it did) and is regularised by AdamW weight decay 0.1.
