@@ -35,6 +35,14 @@ pub(super) struct TrainToy {
     /// conditioning CLIP scores guidance too.
     #[arg(long)]
     scorer_size: Option<usize>,
+    /// Hard negatives for the scoring CLIP: this many objects between two shapes (a sphere
+    /// halfway to a cube) per step, which every caption must rank below its clean object (0:
+    /// none, as the shipped scorers were trained).
+    #[arg(long, default_value_t = 0, requires = "scorer_size")]
+    scorer_blends: usize,
+    /// The scoring CLIP's training steps (default: the conditioning CLIP's 4000).
+    #[arg(long, requires = "scorer_size")]
+    scorer_steps: Option<usize>,
     /// Train only the scoring CLIP (clip/) into the world already in --out, keeping its decoder,
     /// latents, text encoder and prior.
     #[arg(long, conflicts_with = "reuse_clip", requires = "scorer_size")]
@@ -92,6 +100,14 @@ impl TrainToy {
                 settings.clip.render_size
             );
             settings = settings.with_scorer(side);
+        }
+        if let Some(sc) = settings.scorer.as_mut() {
+            anyhow::ensure!(self.scorer_blends <= 64, "--scorer-blends must be at most 64");
+            sc.blends = self.scorer_blends;
+            if let Some(n) = self.scorer_steps {
+                anyhow::ensure!(n > 0, "--scorer-steps must be positive");
+                sc.steps = n;
+            }
         }
         settings = settings.with_instances(self.instances as usize);
         settings.reuse_clip = self.reuse_clip;
@@ -158,5 +174,11 @@ impl TrainToy {
             100.0 * log.scorer_accuracy.last().map_or(f32::NAN, |a| a.1),
             self.out.join(LOG_FILE).display()
         );
+        if let Some((_, share)) = log.scorer_blend_preference.last() {
+            println!(
+                "scoring CLIP: {:.1}% of validation views score above a blend of their object with another shape",
+                100.0 * share
+            );
+        }
     }
 }

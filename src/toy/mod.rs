@@ -9,6 +9,7 @@
 //! * [`report`]: [`EvalTable`](report::EvalTable), per-run verdicts with their attribution, per mode and split;
 //! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding;
 //! * [`render`]: decoder-like volume renders of analytic objects;
+//! * [`blend`]: objects between two shapes, the scoring CLIP's hard negatives;
 //! * [`train_clip`], [`train_prior`]: contrastive CLIP and diffusion prior training;
 //! * [`random`]: random-weight model folders in the loaders' layout (tests, benches, training);
 //! * [`accuracy`]: `clipsculpt eval`, accuracy per guidance mode over prompts and seeds;
@@ -20,6 +21,7 @@
 //! the evaluator, captions, renders, training and the `eval` report are crate-internal.
 
 pub(crate) mod accuracy;
+pub(crate) mod blend;
 pub(crate) mod caption;
 pub(crate) mod eval;
 pub(crate) mod fit_decoder;

@@ -30,9 +30,27 @@ pub(crate) struct View {
     pub(crate) alpha: Tensor,
 }
 
+/// What [`render_object`] draws: a signed distance (positive inside) and one flat colour.
+pub(crate) trait Solid: Sync {
+    /// Signed distance at `p`, positive inside.
+    fn sdf(&self, p: [f32; 3]) -> f32;
+    /// Linear RGB, uniform over the solid.
+    fn rgb(&self) -> [f32; 3];
+}
+
+impl Solid for WorldObject {
+    fn sdf(&self, p: [f32; 3]) -> f32 {
+        WorldObject::sdf(self, p)
+    }
+
+    fn rgb(&self) -> [f32; 3] {
+        self.params.rgb
+    }
+}
+
 /// Renders `object` through `camera` with `samples` stratified samples per ray (jitter from `rng`).
 pub(crate) fn render_object(
-    object: &WorldObject,
+    object: &impl Solid,
     camera: &Camera,
     samples: usize,
     model: DensityModel,
@@ -43,7 +61,7 @@ pub(crate) fn render_object(
     let (origins, dirs) = camera.rays();
     let ranges = intersect_all(&origins, &dirs);
     let jitter: Vec<f32> = (0..h * w * samples).map(|_| rng.uniform()).collect();
-    let colour = object.colour([0.0; 3]).map(linear_to_srgb);
+    let colour = object.rgb().map(linear_to_srgb);
     let per_ray: Vec<([f32; 3], f32)> = (0..h * w)
         .into_par_iter()
         .map(|r| {

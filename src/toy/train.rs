@@ -141,6 +141,7 @@ impl ToyTrainSettings {
                 patch: TOY_PATCH,
                 samples: 64,
                 min_crop: 0.8,
+                blends: 0,
                 seed: seed + 2,
             },
             scorer: None,
@@ -241,6 +242,9 @@ pub(crate) struct TrainLog {
     pub(crate) scorer_loss: Vec<f32>,
     /// `(step, accuracy)` of the scoring CLIP on its validation views.
     pub(crate) scorer_accuracy: Vec<(usize, f32)>,
+    /// `(step, share)` of the scoring CLIP's validation views that their caption scores above a
+    /// shape blend ([`super::blend`]).
+    pub(crate) scorer_blend_preference: Vec<(usize, f32)>,
     /// Seconds per stage: decoder, conditioning CLIP, prior, scoring CLIP.
     pub(crate) seconds: [f64; 4],
 }
@@ -281,6 +285,7 @@ struct TrainedClip {
     tensors: HashMap<String, Tensor>,
     loss: Vec<f32>,
     accuracy: Vec<(usize, f32)>,
+    blend_preference: Vec<(usize, f32)>,
     seconds: f64,
 }
 
@@ -291,6 +296,7 @@ impl TrainedClip {
             tensors,
             loss: serde_json::from_value(earlier["clip_loss"].clone()).unwrap_or_default(),
             accuracy: serde_json::from_value(earlier["clip_accuracy"].clone()).unwrap_or_default(),
+            blend_preference: Vec::new(),
             seconds: earlier["seconds"][1].as_f64().unwrap_or(0.0),
         }
     }
@@ -325,6 +331,7 @@ fn train_toy_clip(
         tensors: varmap_tensors(&clip.varmap)?,
         loss: clip.losses,
         accuracy: clip.accuracy,
+        blend_preference: clip.blend_preference,
         seconds: t.elapsed().as_secs_f64(),
     })
 }
@@ -458,11 +465,22 @@ pub(crate) fn train_toy(
 
     // Without a new scorer, `--reuse-clip` keeps the earlier `clip/` and so its logged curves.
     let kept = kept_log(out, s);
-    let (scorer_loss, scorer_accuracy, scorer_seconds) = match (&scorer, s.reuse_clip) {
-        (Some(c), _) => (c.loss.clone(), c.accuracy.clone(), c.seconds),
-        (None, true) => (kept.scorer_loss, kept.scorer_accuracy, kept.seconds[3]),
-        (None, false) => Default::default(),
-    };
+    let (scorer_loss, scorer_accuracy, scorer_blend_preference, scorer_seconds) =
+        match (&scorer, s.reuse_clip) {
+            (Some(c), _) => (
+                c.loss.clone(),
+                c.accuracy.clone(),
+                c.blend_preference.clone(),
+                c.seconds,
+            ),
+            (None, true) => (
+                kept.scorer_loss,
+                kept.scorer_accuracy,
+                kept.scorer_blend_preference,
+                kept.seconds[3],
+            ),
+            (None, false) => Default::default(),
+        };
     let log = TrainLog {
         settings: s.clone(),
         decoder_loss: fit.losses,
@@ -472,6 +490,7 @@ pub(crate) fn train_toy(
         prior_loss: prior.losses,
         scorer_loss,
         scorer_accuracy,
+        scorer_blend_preference,
         seconds: [t_decoder, conditioning.seconds, t_prior, scorer_seconds],
     };
     finish(out, s, &log, None)?;
@@ -749,6 +768,7 @@ fn train_scorer_only(
     )?;
     let mut log = kept_log(out, s);
     (log.scorer_loss, log.scorer_accuracy) = (clip.loss, clip.accuracy);
+    log.scorer_blend_preference = clip.blend_preference;
     log.seconds[3] = clip.seconds;
     finish_kept(out, s, &log)?;
     Ok(log)
@@ -771,6 +791,7 @@ fn kept_log(out: &Path, s: &ToyTrainSettings) -> TrainLog {
         prior_loss: field(&earlier, "prior_loss"),
         scorer_loss: field(&earlier, "scorer_loss"),
         scorer_accuracy: field(&earlier, "scorer_accuracy"),
+        scorer_blend_preference: field(&earlier, "scorer_blend_preference"),
         seconds: [seconds(0), seconds(1), seconds(2), seconds(3)],
     }
 }
@@ -803,6 +824,12 @@ fn command_line(s: &ToyTrainSettings) -> String {
     }
     if let Some(sc) = &s.scorer {
         c.push_str(&format!(" --scorer-size {}", sc.render_size));
+        if sc.blends > 0 {
+            c.push_str(&format!(" --scorer-blends {}", sc.blends));
+        }
+        if sc.steps != s.clip.steps && !quick {
+            c.push_str(&format!(" --scorer-steps {}", sc.steps));
+        }
     }
     if s.held_out != HELD_OUT {
         let held: Vec<String> = s
@@ -851,6 +878,7 @@ fn finish(out: &Path, s: &ToyTrainSettings, log: &TrainLog, earlier: Option<&str
             "prior_loss": last(&log.prior_loss),
             "scorer_loss": last(&log.scorer_loss),
             "scorer_accuracy": log.scorer_accuracy.last().map(|a| a.1),
+            "scorer_blend_preference": log.scorer_blend_preference.last().map(|a| a.1),
         },
         "files": checksums(out)?,
     });

@@ -5,12 +5,16 @@
 //! a random background with a random crop (guidance's own augmentations, [`crate::guide::augment`]),
 //! pairs it with a random paraphrase of its caption, and minimises the symmetric InfoNCE loss with
 //! CLIP's learned temperature. One image per combination means a batch never holds a false
-//! negative. A fixed validation set of views reports image → caption top-1 accuracy.
+//! negative. With `blends > 0`, each step also shows that many objects between two shapes
+//! ([`super::blend`]) as hard negatives: images that no caption names, which every caption must
+//! rank below its own clean object. A fixed validation set of views reports image → caption top-1
+//! accuracy.
 
 use candle_core::{DType, Device, Result, Tensor, D};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
 use super::caption::{caption, captions};
+use super::blend::Blend;
 use super::render::{random_camera, render_object, DensityModel, View};
 use super::world::{Colour, Shape, WorldObject};
 use crate::autodiff::checkpoint::Policy;
@@ -39,6 +43,9 @@ pub(crate) struct ClipTrainSettings {
     pub(crate) samples: usize,
     /// Smallest crop side as a fraction of the render.
     pub(crate) min_crop: f32,
+    /// Hard-negative images per step, drawn from a pool of shape blends (0: none).
+    #[serde(default)]
+    pub(crate) blends: usize,
     /// Seed of the pool, the initial weights and every draw.
     pub(crate) seed: u64,
 }
@@ -51,6 +58,9 @@ pub(crate) struct ClipTraining {
     pub(crate) losses: Vec<f32>,
     /// `(step, top-1 accuracy)` on the validation views.
     pub(crate) accuracy: Vec<(usize, f32)>,
+    /// `(step, share)` of validation views that their own caption scores above a blend of the
+    /// same object with another shape (measured with or without blends in training).
+    pub(crate) blend_preference: Vec<(usize, f32)>,
 }
 
 /// The pre-rendered views of one combination.
@@ -59,9 +69,11 @@ struct Pool {
     views: Vec<View>,
 }
 
+/// `n` views of every combination; of a blend of each object with another shape when `blends`.
 fn render_pool(
     combos: &[(Shape, Colour)],
     n: usize,
+    blends: bool,
     s: &ClipTrainSettings,
     density: DensityModel,
     rng: &mut Rng,
@@ -74,7 +86,12 @@ fn render_pool(
                 .map(|_| {
                     let obj = WorldObject::random(shape, colour, rng);
                     let cam = random_camera(s.render_size, rng);
-                    render_object(&obj, &cam, s.samples, density, rng, dev)
+                    if blends {
+                        let blend = Blend::random(obj, rng);
+                        render_object(&blend, &cam, s.samples, density, rng, dev)
+                    } else {
+                        render_object(&obj, &cam, s.samples, density, rng, dev)
+                    }
                 })
                 .collect::<Result<_>>()?;
             Ok(Pool {
@@ -99,7 +116,8 @@ fn augmented(view: &View, s: &ClipTrainSettings, size: usize, rng: &mut Rng) -> 
     augment::apply(&view.rgb, &view.alpha, &draw, size)
 }
 
-/// Row-wise `logsumexp(x) − x[i, i]`, averaged: cross-entropy with the diagonal as the targets.
+/// Row-wise `logsumexp(x) − x[i, i]`, averaged: cross-entropy with the diagonal as the targets
+/// (`logits` may have more columns than rows: the extra ones are negatives only).
 fn diagonal_cross_entropy(logits: &Tensor) -> Result<Tensor> {
     let n = logits.dim(0)?;
     let max = logits.max_keepdim(D::Minus1)?.detach();
@@ -110,7 +128,7 @@ fn diagonal_cross_entropy(logits: &Tensor) -> Result<Tensor> {
         .log()?
         + max)?;
     let eye = Tensor::eye(n, logits.dtype(), logits.device())?;
-    let diag = (logits * eye)?.sum_keepdim(D::Minus1)?;
+    let diag = (logits.narrow(1, 0, n)? * eye)?.sum_keepdim(D::Minus1)?;
     (lse - diag)?.mean_all()
 }
 
@@ -137,8 +155,13 @@ pub(crate) fn train_clip(
         .cloned()
         .ok_or_else(|| candle_core::Error::Msg("the CLIP has no logit_scale (bug)".into()))?;
     let mut rng = Rng::new(s.seed ^ 0xc11b);
-    let pool = render_pool(combos, s.views, s, density, &mut rng.fork(1), dev)?;
-    let val = render_pool(combos, s.val_views, s, density, &mut rng.fork(2), dev)?;
+    let pool = render_pool(combos, s.views, false, s, density, &mut rng.fork(1), dev)?;
+    let val = render_pool(combos, s.val_views, false, s, density, &mut rng.fork(2), dev)?;
+    let val_blends = render_pool(combos, s.val_views, true, s, density, &mut rng.fork(4), dev)?;
+    let blend_pool = match s.blends {
+        0 => Vec::new(),
+        _ => render_pool(combos, s.views / 4, true, s, density, &mut rng.fork(5), dev)?,
+    };
     let size = cfg.vision_config.image_size;
 
     // Every paraphrase of every combination, tokenized once.
@@ -154,7 +177,7 @@ pub(crate) fn train_clip(
     )?;
     let schedule = LrSchedule::warmup_cosine(s.lr, s.steps, 0.05);
     let mut losses = Vec::with_capacity(s.steps);
-    let mut accuracy = Vec::new();
+    let (mut accuracy, mut blend_preference) = (Vec::new(), Vec::new());
     for step in 0..s.steps {
         opt.set_learning_rate(schedule.at(step));
         let mut images = Vec::with_capacity(pool.len());
@@ -164,6 +187,10 @@ pub(crate) fn train_clip(
             images.push(augmented(view, s, size, &mut rng)?);
             texts.push(para[rng.below(para.len())].as_str());
         }
+        for _ in 0..s.blends {
+            let p = &blend_pool[rng.below(blend_pool.len())];
+            images.push(augmented(&p.views[rng.below(p.views.len())], s, size, &mut rng)?);
+        }
         let images = Tensor::stack(&images, 0)?;
         let (ids, _) = tokenizer
             .encode_batch(&texts, dev)
@@ -172,8 +199,10 @@ pub(crate) fn train_clip(
         let txt = normalize(&model.text_features(&ids)?)?;
         let scale = logit_scale.as_tensor().exp()?;
         let logits = img.matmul(&txt.t()?)?.broadcast_mul(&scale)?;
+        // Images → captions over the clean images only; captions → images over all of them.
+        let clean = logits.narrow(0, 0, pool.len())?;
         let loss =
-            ((diagonal_cross_entropy(&logits)? + diagonal_cross_entropy(&logits.t()?)?)? * 0.5)?;
+            ((diagonal_cross_entropy(&clean)? + diagonal_cross_entropy(&logits.t()?)?)? * 0.5)?;
         let l = loss.to_scalar::<f32>()?;
         let grads = loss.backward()?;
         if step == 0 {
@@ -200,13 +229,54 @@ pub(crate) fn train_clip(
                 step + 1,
                 top1(&model, tokenizer, &val, s, size, &mut rng.fork(3))?,
             ));
+            let prefer = prefers_clean(&model, tokenizer, &val, &val_blends, s, size, &rng)?;
+            blend_preference.push((step + 1, prefer));
         }
     }
     Ok(ClipTraining {
         varmap,
         losses,
         accuracy,
+        blend_preference,
     })
+}
+
+/// Share of validation views whose canonical caption scores them above the blend view at the
+/// same index (seeded augmentations).
+fn prefers_clean(
+    model: &ClipModel,
+    tokenizer: &ClipTokenizer,
+    val: &[Pool],
+    blends: &[Pool],
+    s: &ClipTrainSettings,
+    size: usize,
+    rng: &Rng,
+) -> Result<f32> {
+    let dev = model.device().clone();
+    let (mut right, mut total) = (0usize, 0usize);
+    let mut rng = rng.fork(6);
+    for (clean, blend) in val.iter().zip(blends) {
+        let (ids, _) = tokenizer
+            .encode_batch(&[caption(clean.combo.0, clean.combo.1).as_str()], &dev)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let txt = normalize(&model.text_features(&ids)?.detach())?;
+        let images = clean
+            .views
+            .iter()
+            .chain(&blend.views)
+            .map(|v| augmented(v, s, size, &mut rng))
+            .collect::<Result<Vec<_>>>()?;
+        let img = normalize(
+            &model
+                .image_features(&preprocess(&Tensor::stack(&images, 0)?, size)?, &Policy::None)?
+                .detach(),
+        )?;
+        let scores = img.matmul(&txt.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+        let (c, b) = scores.split_at(clean.views.len());
+        right += c.iter().zip(b).filter(|(c, b)| c > b).count();
+        total += c.len();
+    }
+    Ok(right as f32 / total.max(1) as f32)
 }
 
 /// Image → canonical caption top-1 accuracy over the validation views (fixed augmentations).
@@ -272,6 +342,7 @@ mod tests {
             patch: 4,
             samples: 16,
             min_crop: 0.8,
+            blends: 2,
             seed: 4,
         };
         let density = DensityModel {
