@@ -102,7 +102,10 @@ impl TrainToy {
             settings = settings.with_scorer(side);
         }
         if let Some(sc) = settings.scorer.as_mut() {
-            anyhow::ensure!(self.scorer_blends <= 64, "--scorer-blends must be at most 64");
+            anyhow::ensure!(
+                self.scorer_blends <= 64,
+                "--scorer-blends must be at most 64"
+            );
             sc.blends = self.scorer_blends;
             if let Some(n) = self.scorer_steps {
                 anyhow::ensure!(n > 0, "--scorer-steps must be positive");

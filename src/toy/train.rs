@@ -938,6 +938,24 @@ mod tests {
         );
     }
 
+    /// The manifest's command line reproduces the scorer's hard negatives and steps (and omits
+    /// them when they are the defaults).
+    #[test]
+    fn the_command_line_records_the_scorer_blends_and_steps() {
+        let mut s = ToyTrainSettings::full(0).with_scorer(64);
+        s.only_scorer = true;
+        let plain = "clipsculpt train-toy --seed 0 --only-scorer --scorer-size 64";
+        assert_eq!(command_line(&s), plain);
+        if let Some(sc) = s.scorer.as_mut() {
+            sc.blends = 12;
+            sc.steps = 5000;
+        }
+        assert_eq!(
+            command_line(&s),
+            format!("{plain} --scorer-blends 12 --scorer-steps 5000")
+        );
+    }
+
     /// `--instances K` fits K objects per combination, combination-major, drawn from the world's
     /// variation (seeded: the same settings give the same objects), and the command line records it.
     #[test]

@@ -13,8 +13,8 @@
 use candle_core::{DType, Device, Result, Tensor, D};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
-use super::caption::{caption, captions};
 use super::blend::Blend;
+use super::caption::{caption, captions};
 use super::render::{random_camera, render_object, DensityModel, View};
 use super::world::{Colour, Shape, WorldObject};
 use crate::autodiff::checkpoint::Policy;
@@ -156,11 +156,27 @@ pub(crate) fn train_clip(
         .ok_or_else(|| candle_core::Error::Msg("the CLIP has no logit_scale (bug)".into()))?;
     let mut rng = Rng::new(s.seed ^ 0xc11b);
     let pool = render_pool(combos, s.views, false, s, density, &mut rng.fork(1), dev)?;
-    let val = render_pool(combos, s.val_views, false, s, density, &mut rng.fork(2), dev)?;
+    let val = render_pool(
+        combos,
+        s.val_views,
+        false,
+        s,
+        density,
+        &mut rng.fork(2),
+        dev,
+    )?;
     let val_blends = render_pool(combos, s.val_views, true, s, density, &mut rng.fork(4), dev)?;
     let blend_pool = match s.blends {
         0 => Vec::new(),
-        _ => render_pool(combos, s.views / 4, true, s, density, &mut rng.fork(5), dev)?,
+        _ => render_pool(
+            combos,
+            (s.views / 4).max(1),
+            true,
+            s,
+            density,
+            &mut rng.fork(5),
+            dev,
+        )?,
     };
     let size = cfg.vision_config.image_size;
 
@@ -189,7 +205,12 @@ pub(crate) fn train_clip(
         }
         for _ in 0..s.blends {
             let p = &blend_pool[rng.below(blend_pool.len())];
-            images.push(augmented(&p.views[rng.below(p.views.len())], s, size, &mut rng)?);
+            images.push(augmented(
+                &p.views[rng.below(p.views.len())],
+                s,
+                size,
+                &mut rng,
+            )?);
         }
         let images = Tensor::stack(&images, 0)?;
         let (ids, _) = tokenizer
@@ -268,7 +289,10 @@ fn prefers_clean(
             .collect::<Result<Vec<_>>>()?;
         let img = normalize(
             &model
-                .image_features(&preprocess(&Tensor::stack(&images, 0)?, size)?, &Policy::None)?
+                .image_features(
+                    &preprocess(&Tensor::stack(&images, 0)?, size)?,
+                    &Policy::None,
+                )?
                 .detach(),
         )?;
         let scores = img.matmul(&txt.t()?)?.flatten_all()?.to_vec1::<f32>()?;
@@ -320,6 +344,25 @@ mod tests {
     use super::*;
     use crate::clip::tokenizer::SpecialTokens;
     use crate::toy::random::{toy_clip_config, varmap_tensors};
+
+    /// Extra columns are negatives: one row of equal logits over two columns costs ln 2, a
+    /// confident right column nothing; square logits keep the symmetric loss.
+    #[test]
+    fn cross_entropy_counts_extra_columns_as_negatives() -> Result<()> {
+        let dev = Device::Cpu;
+        let loss = |v: &[f32], cols: usize| -> Result<f32> {
+            let t = Tensor::from_slice(v, (v.len() / cols, cols), &dev)?;
+            diagonal_cross_entropy(&t)?.to_scalar::<f32>()
+        };
+        assert!((loss(&[0.0, 0.0], 2)? - 2f32.ln()).abs() < 1e-6);
+        assert!(loss(&[30.0, 0.0], 2)? < 1e-6);
+        assert!(loss(&[0.0, 30.0], 2)? > 29.0);
+        // Two rows, three columns: row i's target is column i.
+        let l = loss(&[1.0, 0.0, 0.0, 0.0, 1.0, 0.0], 3)?;
+        let want = (1f32.exp() + 2.0).ln() - 1.0;
+        assert!((l - want).abs() < 1e-5, "{l} vs {want}");
+        Ok(())
+    }
 
     /// A few steps on two combinations lower the loss, and a CLIP rebuilt from the saved values
     /// embeds exactly like the trained instance (no stale copies of trained weights).

@@ -15,7 +15,8 @@
 //! `-- --fitted-only` prints only the first table (the fitted latents). `-- --clip` adds, and
 //! `-- --clip-only` prints only, how well the scoring CLIP itself recognises ground-truth renders
 //! of the analytic objects (random views, each held-aside background): top-1 caption, shape and
-//! colour, and the shape confusion matrix.
+//! colour, the shape confusion matrix, and how often its caption ranks a clean object above a
+//! blend of it with another shape.
 
 use std::path::Path;
 
@@ -24,6 +25,7 @@ use crate::autodiff::rng::Rng;
 use crate::guide::{held_aside_images, GuideSettings};
 use crate::pipeline::extract_mesh;
 use crate::pipeline::{Models, RunSettings};
+use crate::toy::blend::Blend;
 use crate::toy::render::{random_camera, render_object, DensityModel};
 use crate::toy::{
     caption, classify, is_held_out, world::combinations, Shape, WorldObject, HELD_OUT,
@@ -148,7 +150,69 @@ fn clip_on_ground_truth(
     Ok(())
 }
 
-/// The probe, with the bench's command-line arguments `args` (see the module docs).
+/// How often the scoring CLIP ranks a clean object above a blend of it with another shape
+/// ([`crate::toy::blend`]) under the object's own caption: 8 random objects per combination, each
+/// pair seen by one camera, per background of [`BACKGROUNDS`].
+fn clip_prefers_clean(models: &Models, texts: &Tensor, dev: &Device) -> Result<()> {
+    let res = models.scorer.image_size().max(32);
+    let density = DensityModel {
+        sharpness: 8.0,
+        density: 20.0,
+    };
+    let mut rng = Rng::new(78);
+    let (mut right, mut held_right) = ([0usize; 3], 0usize);
+    let (mut total, mut held_total) = (0usize, 0usize);
+    for (i, &(shape, colour)) in combinations().iter().enumerate() {
+        let text = texts.narrow(0, i, 1)?;
+        for _ in 0..8 {
+            let obj = WorldObject::random(shape, colour, &mut rng);
+            let blend = Blend::random(obj, &mut rng);
+            let cam = random_camera(res, &mut rng);
+            let views = [
+                render_object(&obj, &cam, 64, density, &mut rng, dev)?,
+                render_object(&blend, &cam, 64, density, &mut rng, dev)?,
+            ];
+            for (b, bg) in BACKGROUNDS.iter().enumerate() {
+                let bg = Tensor::new(bg, dev)?.reshape((3, 1, 1))?;
+                let images = views
+                    .iter()
+                    .map(|v| {
+                        v.rgb
+                            .broadcast_add(&v.alpha.affine(-1.0, 1.0)?.broadcast_mul(&bg)?)
+                    })
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                let emb = models
+                    .scorer
+                    .embed_images(&Tensor::stack(&images, 0)?, &Policy::None)?;
+                let cos = emb.matmul(&text.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+                let win = (cos[0] > cos[1]) as usize;
+                right[b] += win;
+                if is_held_out(shape, colour) {
+                    held_right += win;
+                    held_total += 1;
+                }
+            }
+            total += 1;
+        }
+    }
+    println!(
+        "## Scoring CLIP: clean object above a blend with another shape, own caption
+"
+    );
+    println!("| background | clean above blend |\n|---|---:|");
+    for (b, name) in ["white", "grey", "black"].iter().enumerate() {
+        println!(
+            "| {name} | {:.1} % |",
+            100.0 * right[b] as f64 / total as f64
+        );
+    }
+    println!(
+        "| held-out combinations, all backgrounds | {:.1} % |\n",
+        100.0 * held_right as f64 / held_total.max(1) as f64
+    );
+    Ok(())
+}
+
 /// What every table of the diagnosis reads.
 struct Setup {
     models: Models,
@@ -159,6 +223,7 @@ struct Setup {
     dev: Device,
 }
 
+/// The probe, with the bench's command-line arguments `args` (see the module docs).
 pub fn diagnose(args: &[String]) -> Result<()> {
     let seeds: u64 = args
         .iter()
@@ -198,6 +263,7 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         .affine(2.0, -1.0)?;
     if args.iter().any(|a| a == "--clip-only") || args.iter().any(|a| a == "--clip") {
         clip_on_ground_truth(&models, &texts, &caps, &dev)?;
+        clip_prefers_clean(&models, &texts, &dev)?;
         if args.iter().any(|a| a == "--clip-only") {
             return Ok(());
         }
