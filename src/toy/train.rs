@@ -1088,7 +1088,14 @@ mod tests {
     #[test]
     fn embedded_assets_match_their_manifest() -> Result<()> {
         let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
-        for world in ["toy", "toy-b", "toy-c", "toy-mixup", "toy-instances"] {
+        for world in [
+            "toy",
+            "toy-b",
+            "toy-c",
+            "toy-mixup",
+            "toy-instances",
+            "toy-sharp",
+        ] {
             let root = assets.join(world);
             let manifest: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(root.join("MANIFEST.json")).map_err(msg)?)
