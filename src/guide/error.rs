@@ -4,7 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum GuideError {
     /// The loss stayed non-finite.
-    #[error("the loss was not finite for {count} consecutive steps (last at step {step}, last finite loss {last_finite:?}); lower --lr or the number of views")]
+    #[error("the loss was not finite for {count} consecutive steps (last at step {step}, last finite loss {last_finite:?}); lower the mode's step size (--lr, --sampling-scale or --e2e-lr) or --views")]
     NonFinite {
         /// Consecutive bad steps.
         count: usize,

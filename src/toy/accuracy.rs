@@ -19,6 +19,7 @@ use super::eval::{classify, EvalError};
 use super::report::{Attribution, EvalRecord, EvalTable, Verdict};
 use super::world::{Colour, Shape};
 use crate::autodiff::rng::Rng;
+use crate::guide::error::GuideError;
 use crate::guide::{self, Explore, GuideMode, Score, Target};
 use crate::pipeline::{extract_mesh, same_values, Guided, Models, RunSettings};
 
@@ -139,6 +140,29 @@ struct PromptRun<'a> {
     device: &'a Device,
 }
 
+/// A guided run's result, or the failed verdict of a run whose guidance stopped on a non-finite
+/// loss and the seconds it ran: one diverging run counts as wrong instead of ending the eval.
+type Stoppable<T> = std::result::Result<T, (Verdict, f64)>;
+
+/// `result` with a stop on a non-finite loss ([`GuideError::NonFinite`]) turned into a
+/// failed verdict (warned about); every other error stays an error.
+fn stopped<T>(result: Result<T>, prompt: &str, t: Instant) -> Result<Stoppable<T>> {
+    match result {
+        Ok(v) => Ok(Ok(v)),
+        Err(e)
+            if matches!(
+                e.downcast_ref::<GuideError>(),
+                Some(GuideError::NonFinite { .. })
+            ) =>
+        {
+            tracing::warn!("{prompt:?}: {e:#}; counted as a failed run");
+            let verdict = Verdict::of(Err(&EvalError::GuidanceStopped(format!("{e:#}"))));
+            Ok(Err((verdict, t.elapsed().as_secs_f64())))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// A latent with the verdict on its mesh and the seconds it took to make.
 struct Judged {
     latent: Tensor,
@@ -209,6 +233,16 @@ impl<'a> PromptRun<'a> {
             true => Some(self.sampling_run(&rng)?),
             false => None,
         };
+        let stopped = |mode, verdict: &Verdict, seconds| {
+            let attribution = Attribution {
+                start: "unguided sample".into(),
+                start_verdict: prior.verdict.clone(),
+                scores: None,
+                export_step: None,
+                moved: false,
+            };
+            self.record(mode, seed, verdict.clone(), Some(attribution), seconds)
+        };
         for &mode in modes {
             let record = match mode {
                 EvalMode::Prior => {
@@ -217,11 +251,19 @@ impl<'a> PromptRun<'a> {
                 EvalMode::Latent | EvalMode::Explore => {
                     self.latent_run(mode, seed, &rng, &prior, prior_score, "prior sample")?
                 }
-                EvalMode::EndToEnd => self.end_to_end_run(seed, &rng, &prior, prior_score)?,
+                EvalMode::EndToEnd => match self.end_to_end_run(seed, &rng, &prior, prior_score)? {
+                    Ok(record) => record,
+                    Err((verdict, seconds)) => stopped(mode, &verdict, seconds),
+                },
                 EvalMode::Sampling | EvalMode::Both => {
-                    let guided = sampled
-                        .as_ref()
-                        .ok_or_else(|| anyhow::anyhow!("no guided sample for {mode} (bug)"))?;
+                    let guided = match sampled.as_ref() {
+                        Some(Ok(guided)) => guided,
+                        Some(Err((verdict, seconds))) => {
+                            table.push(stopped(mode, verdict, *seconds));
+                            continue;
+                        }
+                        None => anyhow::bail!("no guided sample for {mode} (bug)"),
+                    };
                     if mode == EvalMode::Sampling {
                         let score = self.score(&guided.latent)?;
                         let attribution = Attribution {
@@ -244,18 +286,23 @@ impl<'a> PromptRun<'a> {
         Ok(())
     }
 
-    /// The guided sample of this prompt at the root generator `rng`, judged.
-    fn sampling_run(&self, rng: &Rng) -> Result<Judged> {
+    /// The guided sample of this prompt at the root generator `rng`, judged; or, when guidance
+    /// stopped on a non-finite loss, the failed verdict and the seconds it ran.
+    fn sampling_run(&self, rng: &Rng) -> Result<Stoppable<Judged>> {
         let t = Instant::now();
         let s = EvalMode::Sampling.settings(self.s);
-        let (z, _) = self
+        let guided = self
             .models
-            .guided_sample(&self.target, &s, rng, self.device, |_, _| {})?;
-        Ok(Judged {
+            .guided_sample(&self.target, &s, rng, self.device, |_, _| {});
+        let z = match stopped(guided, self.prompt, t)? {
+            Ok((z, _)) => z,
+            Err(failed) => return Ok(Err(failed)),
+        };
+        Ok(Ok(Judged {
             verdict: self.judge(&z),
             latent: z,
             seconds: t.elapsed().as_secs_f64(),
-        })
+        }))
     }
 
     /// End-to-end guidance of this prompt at the root generator `rng`, judged, attributed to the
@@ -266,12 +313,16 @@ impl<'a> PromptRun<'a> {
         rng: &Rng,
         prior: &Judged,
         prior_score: Score,
-    ) -> Result<EvalRecord> {
+    ) -> Result<Stoppable<EvalRecord>> {
         let t = Instant::now();
         let s = EvalMode::EndToEnd.settings(self.s);
-        let (z, _) =
-            self.models
-                .end_to_end_sample(&self.target, &s, rng, self.device, |_, _| {})?;
+        let guided = self
+            .models
+            .end_to_end_sample(&self.target, &s, rng, self.device, |_, _| {});
+        let z = match stopped(guided, self.prompt, t)? {
+            Ok((z, _)) => z,
+            Err(failed) => return Ok(Err(failed)),
+        };
         let seconds = t.elapsed().as_secs_f64();
         let score = self.score(&z)?;
         let attribution = Attribution {
@@ -282,13 +333,13 @@ impl<'a> PromptRun<'a> {
             moved: !same_values(&prior.latent, &z)?,
         };
         let verdict = self.judge(&z);
-        Ok(self.record(
+        Ok(Ok(self.record(
             EvalMode::EndToEnd,
             seed,
             verdict,
             Some(attribution),
             seconds,
-        ))
+        )))
     }
 
     /// The latent optimization of `mode` from `from` (held-aside score `from_score`), judged with
@@ -369,5 +420,35 @@ impl<'a> PromptRun<'a> {
             attribution,
             seconds,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A guidance stop on a non-finite loss becomes a failed verdict that names it; any other
+    /// error stays an error, and a result passes through.
+    #[test]
+    fn only_a_non_finite_stop_becomes_a_failed_run() {
+        let t = Instant::now();
+        let diverged: Result<()> = Err(GuideError::NonFinite {
+            count: 5,
+            step: 59,
+            last_finite: Some(-0.6),
+        }
+        .into());
+        match stopped(diverged, "a red cube", t) {
+            Ok(Err((verdict, _))) => {
+                let error = verdict.error.unwrap_or_default();
+                assert!(error.contains("guidance stopped"), "{error}");
+                assert!(error.contains("5 consecutive steps"), "{error}");
+                assert_eq!(verdict.shape, None);
+            }
+            other => panic!("expected a failed verdict, got {other:?}"),
+        }
+        let broken: Result<()> = Err(anyhow::anyhow!("shape mismatch"));
+        assert!(stopped(broken, "a red cube", t).is_err());
+        assert!(matches!(stopped(Ok(7), "a red cube", t), Ok(Ok(7))));
     }
 }

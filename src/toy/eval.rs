@@ -92,6 +92,10 @@ pub(crate) enum EvalError {
         /// Size of the bounding box per axis.
         extent: [f32; 3],
     },
+    /// Guidance stopped before there was a mesh (its loss stayed non-finite): the run exported
+    /// nothing and counts as wrong.
+    #[error("guidance stopped, nothing was exported: {0}")]
+    GuidanceStopped(String),
 }
 
 /// Classifies `mesh` by shape and colour with the default [`EvalOptions`].
