@@ -233,33 +233,35 @@ impl<'a> PromptRun<'a> {
             true => Some(self.sampling_run(&rng)?),
             false => None,
         };
-        let stopped = |mode, verdict: &Verdict, seconds| {
+        // A run whose guidance stopped: its failed verdict, attributed to its start.
+        let stopped = |mode, (start, from): (&str, &Judged), (verdict, seconds): (Verdict, f64)| {
             let attribution = Attribution {
-                start: "unguided sample".into(),
-                start_verdict: prior.verdict.clone(),
+                start: start.into(),
+                start_verdict: from.verdict.clone(),
                 scores: None,
                 export_step: None,
                 moved: false,
             };
-            self.record(mode, seed, verdict.clone(), Some(attribution), seconds)
+            self.record(mode, seed, verdict, Some(attribution), seconds)
         };
+        let (from_prior, unguided) = (("prior sample", &prior), ("unguided sample", &prior));
         for &mode in modes {
             let record = match mode {
                 EvalMode::Prior => {
                     self.record(mode, seed, prior.verdict.clone(), None, prior.seconds)
                 }
                 EvalMode::Latent | EvalMode::Explore => {
-                    self.latent_run(mode, seed, &rng, &prior, prior_score, "prior sample")?
+                    let run = self.latent_run(mode, seed, &rng, &prior, prior_score, from_prior.0);
+                    run?.unwrap_or_else(|f| stopped(mode, from_prior, f))
                 }
-                EvalMode::EndToEnd => match self.end_to_end_run(seed, &rng, &prior, prior_score)? {
-                    Ok(record) => record,
-                    Err((verdict, seconds)) => stopped(mode, &verdict, seconds),
-                },
+                EvalMode::EndToEnd => self
+                    .end_to_end_run(seed, &rng, &prior, prior_score)?
+                    .unwrap_or_else(|f| stopped(mode, unguided, f)),
                 EvalMode::Sampling | EvalMode::Both => {
                     let guided = match sampled.as_ref() {
                         Some(Ok(guided)) => guided,
-                        Some(Err((verdict, seconds))) => {
-                            table.push(stopped(mode, verdict, *seconds));
+                        Some(Err(failed)) => {
+                            table.push(stopped(mode, unguided, failed.clone()));
                             continue;
                         }
                         None => anyhow::bail!("no guided sample for {mode} (bug)"),
@@ -277,7 +279,9 @@ impl<'a> PromptRun<'a> {
                         self.record(mode, seed, v, Some(attribution), guided.seconds)
                     } else {
                         let start_score = self.score(&guided.latent)?;
-                        self.latent_run(mode, seed, &rng, guided, start_score, "guided sample")?
+                        let from_guided = ("guided sample", guided);
+                        self.latent_run(mode, seed, &rng, guided, start_score, from_guided.0)?
+                            .unwrap_or_else(|f| stopped(mode, from_guided, f))
                     }
                 }
             };
@@ -352,7 +356,7 @@ impl<'a> PromptRun<'a> {
         from: &Judged,
         from_score: Score,
         from_name: &str,
-    ) -> Result<EvalRecord> {
+    ) -> Result<Stoppable<EvalRecord>> {
         let t = Instant::now();
         let s = mode.settings(self.s);
         let start = guide::Start {
@@ -361,11 +365,21 @@ impl<'a> PromptRun<'a> {
         };
         let guided = self
             .models
-            .guide(&self.target, start, &s, rng, self.device, |_, _| {})?;
+            .guide(&self.target, start, &s, rng, self.device, |_, _| {});
+        let guided = match stopped(guided, self.prompt, t)? {
+            Ok(guided) => guided,
+            Err(failed) => return Ok(Err(failed)),
+        };
         let seconds = from.seconds + t.elapsed().as_secs_f64();
         let export = self.judge(&guided.latent);
         let attribution = self.latent_attribution(&guided, from, from_name)?;
-        Ok(self.record(mode, seed, export, Some(attribution), seconds))
+        Ok(Ok(self.record(
+            mode,
+            seed,
+            export,
+            Some(attribution),
+            seconds,
+        )))
     }
 
     /// Where the latent stage of `guided` started (the sampler's output `from`, or an
