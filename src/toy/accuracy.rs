@@ -298,11 +298,7 @@ impl<'a> PromptRun<'a> {
         let guided = self
             .models
             .guided_sample(&self.target, &s, rng, self.device, |_, _| {});
-        let z = match stopped(guided, self.prompt, t)? {
-            Ok((z, _)) => z,
-            Err(failed) => return Ok(Err(failed)),
-        };
-        Ok(Ok(Judged {
+        Ok(stopped(guided, self.prompt, t)?.map(|(z, _)| Judged {
             verdict: self.judge(&z),
             latent: z,
             seconds: t.elapsed().as_secs_f64(),
