@@ -8,7 +8,7 @@ use clap::Args as ClapArgs;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::memory::parse_bytes;
 use crate::guide::{
-    ChainTarget, EndToEndGuidance, Explore, GuideMode, GuideSettings, SamplingGuidance,
+    ChainTarget, EndToEndGuidance, Explore, GuideMode, GuideSettings, Recurrence, SamplingGuidance,
     AUTO_RESOLUTION_MAX,
 };
 use crate::mesh::Format;
@@ -61,6 +61,14 @@ pub(super) struct GenerateArgs {
     /// Guided sampling acts on the sampler steps whose noise level σ is within MAX:MIN.
     #[arg(long, default_value = "20:0.2", value_parser = parse_sigma_window)]
     pub(crate) sampling_sigmas: (f32, f32),
+    /// Guided sampling's self-recurrence: each guided step whose σ is within
+    /// --recurrence-sigmas is taken this many times, the state re-noised back to the step's σ
+    /// in between (1: off).
+    #[arg(long, default_value_t = Recurrence::default().times)]
+    pub(crate) sampling_recurrence: usize,
+    /// Self-recurrence acts on the guided steps whose σ is within MAX:MIN.
+    #[arg(long, default_value = "12:2", value_parser = parse_sigma_window)]
+    pub(crate) recurrence_sigmas: (f32, f32),
     /// End-to-end guidance: the last Heun steps the gradient runs through (each a checkpointed
     /// segment whose prior blocks are checkpointed again inside it).
     #[arg(long, default_value_t = EndToEndGuidance::default().steps)]
@@ -171,6 +179,9 @@ impl GenerateArgs {
         if !(a.sampling_scale.is_finite() && a.sampling_scale >= 0.0) {
             bail!("--sampling-scale must be a number ≥ 0");
         }
+        if a.sampling_recurrence == 0 {
+            bail!("--sampling-recurrence must be at least 1 (1 takes each step once)");
+        }
         if !(a.e2e_lr.is_finite() && a.e2e_lr >= 0.0) {
             bail!("--e2e-lr must be a number ≥ 0");
         }
@@ -192,6 +203,11 @@ impl GenerateArgs {
             sigma_max: a.sampling_sigmas.0,
             sigma_min: a.sampling_sigmas.1,
             prior_policy,
+            recurrence: Recurrence {
+                times: a.sampling_recurrence,
+                sigma_max: a.recurrence_sigmas.0,
+                sigma_min: a.recurrence_sigmas.1,
+            },
             ..SamplingGuidance::default()
         };
         let guide = GuideSettings {

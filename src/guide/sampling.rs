@@ -14,6 +14,12 @@
 //! would receive) with the gradient passed straight through the clip. Random draws (cameras,
 //! backgrounds, crops) come from a stream forked per step, outside any recomputed segment.
 //! `η = 0` reproduces the unguided sampler bit for bit.
+//!
+//! **Self-recurrence** (Universal Guidance's "time travel"): inside a second σ window, a guided
+//! step σᵢ → σᵢ₊₁ is taken `K` times. After each but the last, the finished state is re-noised
+//! back to σᵢ, `x ← x + sqrt(σᵢ² − σᵢ₊₁²)·ε` with fresh noise, and the step is redone with fresh
+//! views. The guidance then acts `K` times at that noise level while the prior's denoising pulls
+//! each edit back toward what it produces. `K = 1` is the sampler above, bit for bit.
 
 use candle_core::{Result, Tensor, Var};
 
@@ -38,6 +44,29 @@ pub struct SamplingGuidance {
     pub prior_policy: Policy,
     /// Consecutive guided steps with a non-finite loss or gradient after which the run stops.
     pub max_bad_steps: usize,
+    /// How often each guided step inside its σ window is taken (see the module docs).
+    pub recurrence: Recurrence,
+}
+
+/// Self-recurrence: how many times a guided step is taken, and at which noise levels.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Recurrence {
+    /// `K ≥ 1`: times each step in the window is taken (1: no recurrence).
+    pub times: usize,
+    /// The largest σ of a recurrent step.
+    pub sigma_max: f32,
+    /// The smallest σ of a recurrent step.
+    pub sigma_min: f32,
+}
+
+impl Default for Recurrence {
+    fn default() -> Self {
+        Self {
+            times: 1,
+            sigma_max: 12.0,
+            sigma_min: 2.0,
+        }
+    }
 }
 
 impl Default for SamplingGuidance {
@@ -48,6 +77,7 @@ impl Default for SamplingGuidance {
             sigma_min: 0.2,
             prior_policy: Policy::BLOCKS,
             max_bad_steps: 5,
+            recurrence: Recurrence::default(),
         }
     }
 }
@@ -57,6 +87,16 @@ impl SamplingGuidance {
     pub(crate) fn guides(&self, sigma: f32, sigma_next: f32) -> bool {
         self.scale > 0.0 && sigma_next > 0.0 && (self.sigma_min..=self.sigma_max).contains(&sigma)
     }
+
+    /// How many times the guided step from `sigma` to `sigma_next` is taken.
+    pub(crate) fn times(&self, sigma: f32, sigma_next: f32) -> usize {
+        let r = &self.recurrence;
+        if self.guides(sigma, sigma_next) && (r.sigma_min..=r.sigma_max).contains(&sigma) {
+            r.times.max(1)
+        } else {
+            1
+        }
+    }
 }
 
 /// One guided sampler step, as `report.json` records it.
@@ -64,6 +104,8 @@ impl SamplingGuidance {
 pub struct GuidedStep {
     /// The Heun step (0-based).
     pub step: usize,
+    /// Which take of the step this is (0-based; above 0 only under self-recurrence).
+    pub take: usize,
     /// Its σ.
     pub sigma: f32,
     /// Mean CLIP cosine of the views of the x0 prediction.
@@ -83,6 +125,8 @@ pub struct SamplingTrace {
     pub steps: Vec<GuidedStep>,
     /// Guided steps skipped for a non-finite loss or gradient.
     pub skipped: usize,
+    /// Times the state was re-noised to redo a step (self-recurrence).
+    pub renoised: usize,
     /// End-to-end guidance through the last sampler steps, when the run used it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_to_end: Option<ChainTrace>,
@@ -103,18 +147,22 @@ pub(crate) fn guided_sample(
     let wrap = |step| move |source| GuideError::Step { step, source };
     let mut x = denoiser.initial_state(sched, noise).map_err(wrap(0))?;
     let mut trace = SamplingTrace::default();
-    let (mut pending, mut bad_run) = (None::<Tensor>, 0usize);
-    for _ in 0..sched.timesteps().len() {
+    let (mut pending, mut bad_run, mut take) = (None::<Tensor>, 0usize, 0usize);
+    while !sched.done() {
         let step = sched.step_number();
         let (sigma, sigma_next) = sched.step_sigmas();
         let out = if sched.starts_step() && g.guides(sigma, sigma_next) {
-            let guided = guide_step(denoiser, sched, &x, g, loss, &mut rng.fork(step as u64))
+            let guided = guide_step(denoiser, sched, &x, g, loss, &mut take_rng(rng, step, take))
                 .map_err(wrap(step))?;
             match guided.push {
                 Some((push, record)) => {
                     bad_run = 0;
                     pending = Some(push);
-                    trace.steps.push(GuidedStep { step, ..record });
+                    trace.steps.push(GuidedStep {
+                        step,
+                        take,
+                        ..record
+                    });
                     on_step(step, record.cosine);
                 }
                 None => {
@@ -139,9 +187,45 @@ pub(crate) fn guided_sample(
             if let Some(push) = pending.take() {
                 x = (x - push).map_err(wrap(step))?;
             }
+            if take + 1 < g.times(sigma, sigma_next) {
+                take += 1;
+                x = renoise(
+                    &x,
+                    sigma,
+                    sigma_next,
+                    &mut take_rng(rng, step, take).fork(1),
+                )
+                .map_err(wrap(step))?;
+                *sched = sched.at_step(step).map_err(wrap(step))?;
+                trace.renoised += 1;
+            } else {
+                take = 0;
+            }
         }
     }
     Ok((x, trace))
+}
+
+/// The random stream of take `take` of guided step `step`: take 0 uses the step's own stream,
+/// so that a sampler without recurrence draws what it always drew.
+fn take_rng(rng: &Rng, step: usize, take: usize) -> Rng {
+    let r = rng.fork(step as u64);
+    if take == 0 {
+        r
+    } else {
+        r.fork(take as u64)
+    }
+}
+
+/// `x` at `sigma_next` moved back to `sigma` with fresh noise: `x + sqrt(σ² − σ_next²)·ε`.
+fn renoise(x: &Tensor, sigma: f32, sigma_next: f32, rng: &mut Rng) -> Result<Tensor> {
+    let std = ((sigma as f64).powi(2) - (sigma_next as f64).powi(2))
+        .max(0.0)
+        .sqrt();
+    let eps = rng
+        .normal_tensor(x.dims(), x.device())?
+        .to_dtype(x.dtype())?;
+    x + (eps * std)?
 }
 
 /// The x0 prediction of one guided evaluation (no graph) and, when the loss and gradient are
@@ -183,6 +267,7 @@ fn guide_step(
     let push = (grad * (g.scale * step_rms / grad_rms))?;
     let record = GuidedStep {
         step: 0,
+        take: 0,
         sigma,
         cosine,
         loss: l_value,
@@ -193,4 +278,44 @@ fn guide_step(
         x0,
         push: Some((push, record)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Re-noising adds independent noise of variance σ² − σ_next², so the state's noise level
+    /// goes from σ_next back to σ.
+    #[test]
+    fn renoise_adds_the_missing_variance() {
+        let x = Tensor::zeros((1, 200, 100), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let y = renoise(&x, 5.0, 3.0, &mut Rng::new(1)).unwrap();
+        let std = rms(&y).unwrap();
+        assert!((std - 4.0).abs() < 0.05, "std {std}, expected 4");
+        let again = renoise(&x, 5.0, 3.0, &mut Rng::new(1)).unwrap();
+        let same = crate::pipeline::same_values(&y, &again).unwrap();
+        assert!(same, "re-noising is not reproducible");
+    }
+
+    /// Only guided steps inside the recurrence window are taken more than once.
+    #[test]
+    fn recurrence_acts_only_on_guided_steps_in_its_window() {
+        let mut g = SamplingGuidance {
+            recurrence: Recurrence {
+                times: 3,
+                ..Recurrence::default()
+            },
+            ..SamplingGuidance::default()
+        };
+        assert_eq!(g.times(5.0, 4.0), 3);
+        assert_eq!(
+            g.times(15.0, 13.0),
+            1,
+            "guided, outside the recurrence window"
+        );
+        assert_eq!(g.times(0.15, 0.1), 1, "outside the guided window");
+        g.scale = 0.0;
+        assert_eq!(g.times(5.0, 4.0), 1, "unguided steps are taken once");
+    }
 }

@@ -269,6 +269,31 @@ fn guided_sampling_raises_the_held_aside_score() {
     g.assert_unguided(&off);
 }
 
+/// Self-recurrence takes every guided step in its window again after re-noising, draws the same
+/// on a second run, and still raises the held-aside score over the unguided sample.
+#[test]
+fn self_recurrence_redoes_steps_and_raises_the_held_aside_score() {
+    let mut g = GreenSphere::new(crate::guide::GuideMode::Sampling);
+    let dev = Device::Cpu;
+    g.run.sampling.recurrence.times = 2;
+    let run = || {
+        g.m.guided_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
+            .unwrap()
+    };
+    let (guided, trace) = run();
+    let r = g.run.sampling.recurrence;
+    let in_window = |s: &crate::guide::GuidedStep| (r.sigma_min..=r.sigma_max).contains(&s.sigma);
+    let second: Vec<_> = trace.steps.iter().filter(|s| s.take == 1).collect();
+    let first_in_window = trace.steps.iter().filter(|s| s.take == 0 && in_window(s));
+    assert!(trace.renoised > 0 && trace.skipped == 0, "{trace:?}");
+    assert_eq!(second.len(), trace.renoised);
+    assert_eq!(first_in_window.count(), trace.renoised);
+    assert!(second.iter().all(|s| in_window(s)), "{second:?}");
+    g.assert_raises_the_held_aside_score(&guided);
+    let (again, _) = run();
+    assert!(crate::pipeline::same_values(&guided, &again).unwrap());
+}
+
 /// End-to-end guidance through the sampler's last steps raises the held-aside score over the
 /// unguided sample from the same noise (and is exported over it), and with no iterations it is
 /// that sample, bit for bit.
