@@ -74,9 +74,16 @@ impl Eval {
         let held: Vec<String> = held_out.iter().map(|&(sh, c)| caption(sh, c)).collect();
         println!("Negatives: {negatives}");
         println!("Held out of the prior: {}", held.join(", "));
-        let e = &run.end_to_end;
+        let (e, r) = (&run.end_to_end, &run.sampling.recurrence);
+        let recurrence = match r.times {
+            1 => String::new(),
+            k => format!(
+                ", each step in σ {}..{} taken {k} times",
+                r.sigma_max, r.sigma_min
+            ),
+        };
         println!(
-            "Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}; \
+            "Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}{recurrence}; \
              end-to-end {} ({} steps, {} iterations, lr {})\n",
             run.guide.steps,
             run.sampling.scale,

@@ -9,6 +9,9 @@
 //! - how much a step along the cosine's gradient changes the shape (occupancy) and the colour of
 //!   the decoded field, compared with a step of the same length toward the fitted latent.
 //!
+//! `-- --reach` prints only how much of a push of the sampler state toward the right object the
+//! finished latent keeps, by noise level ([`super::reach`]).
+//!
 //! `-- --seed-spread` prints only how the prior's plain samples vary with the seed and which
 //! fitted latent each lies nearest (every caption, `--seeds N` seeds each).
 //!
@@ -27,6 +30,7 @@ use crate::pipeline::extract_mesh;
 use crate::pipeline::{Models, RunSettings};
 use crate::toy::blend::Blend;
 use crate::toy::render::{random_camera, render_object, DensityModel};
+use crate::toy::split::held_out_split;
 use crate::toy::{
     caption, classify, is_held_out, world::combinations, Shape, WorldObject, HELD_OUT,
 };
@@ -254,6 +258,13 @@ pub fn diagnose(args: &[String]) -> Result<()> {
     // The first instance of each combination.
     let first: Vec<u32> = (0..combos.len()).map(|i| (i * per_combo) as u32).collect();
     let fitted = all.index_select(&Tensor::new(first.as_slice(), &dev)?, 0)?;
+    if args.iter().any(|a| a == "--reach") {
+        let held_out = held_out_split(&root.join("shap_e")).map_err(anyhow::Error::msg)?;
+        let run = RunSettings::for_evaluation(GuideSettings::default());
+        return super::reach::reach_table(
+            &models, &held_out, &combos, &all, per_combo, &run, seeds, &dev,
+        );
+    }
     let caps: Vec<String> = combos.iter().map(|&(s, c)| caption(s, c)).collect();
     let refs: Vec<&str> = caps.iter().map(|s| s.as_str()).collect();
     let texts = models.scorer.embed_texts(&refs)?;

@@ -9,6 +9,7 @@
 
 mod diagnose;
 mod guide;
+mod reach;
 
 pub use diagnose::diagnose;
 pub use guide::guide_probe;

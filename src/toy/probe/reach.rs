@@ -1,0 +1,167 @@
+//! How far a push of the sampler state reaches the finished latent (`cargo bench --bench diagnose
+//! -- --reach`).
+//!
+//! Guidance through the prior edits the sampler state; the later denoising steps then decide how
+//! much of the edit survives. For each held-out caption and seed, the unguided sample `z` is
+//! compared with the fitted latent `f` of the right object, and the state at a chosen step is
+//! pushed by the whole difference `v = f − z` before sampling on unguided. The table gives, per
+//! step (σ), the share of `v` the finished latent keeps, `⟨z' − z, v⟩ / ⟨v, v⟩` (1: it ends at the
+//! right latent; 0: the prior undoes the push), and the evaluator's verdict on `z'`. Control rows
+//! push a seen caption's sample toward another of its own training instances (worlds with
+//! several), which a prior that denoises keeps when the push is made at low noise, or else toward
+//! another seen object of its colour.
+
+use anyhow::Result;
+use candle_core::{Device, Tensor};
+
+use crate::autodiff::checkpoint::Policy;
+use crate::autodiff::rng::Rng;
+use crate::pipeline::{extract_mesh, stream, Models, RunSettings};
+use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler};
+use crate::toy::report::Verdict;
+use crate::toy::{caption, classify, Colour, Shape};
+
+/// The noise levels at which the state is pushed (the nearest Heun step to each).
+const SIGMAS: [f32; 8] = [40.0, 20.0, 12.0, 5.0, 2.0, 1.0, 0.5, 0.2];
+
+/// Prints the reach table for the `held_out` combinations, each pushed toward its own fitted
+/// latent, and as many seen ones (see [`targets`]). `latents` holds `per_combo` fitted
+/// instances of every combination, in `combos` order.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn reach_table(
+    models: &Models,
+    held_out: &[(Shape, Colour)],
+    combos: &[(Shape, Colour)],
+    latents: &Tensor,
+    per_combo: usize,
+    run: &RunSettings,
+    seeds: u64,
+    dev: &Device,
+) -> Result<()> {
+    let sched = HeunDiscreteScheduler::new(&models.shap_e.scheduler, run.prior_steps)?;
+    let steps: Vec<usize> = SIGMAS.iter().map(|&s| nearest_step(&sched, s)).collect();
+    let sigmas: Vec<String> = steps
+        .iter()
+        .map(|&i| format!("σ {:.2}", step_sigma(&sched, i)))
+        .collect();
+    println!("\n## Reach: share of the push toward the fitted latent kept at the end (verdict)\n");
+    println!("| prompt | seed | unguided | {} |", sigmas.join(" | "));
+    println!("|---|---|---|{}", "---|".repeat(steps.len()));
+    for (shape, colour, i, instance) in targets(held_out, combos, per_combo) {
+        let prompt = caption(shape, colour);
+        let label = match combos[i] {
+            _ if !held_out.contains(&(shape, colour)) && instance > 0 => {
+                format!("{prompt} (seen) → its instance {instance}")
+            }
+            c if c == (shape, colour) => prompt.clone(),
+            (s, c) => format!("{prompt} (seen) → {}", caption(s, c)),
+        };
+        let target = latents.get(i * per_combo + instance)?.unsqueeze(0)?;
+        let embeds = models.text_embeds(&prompt, dev)?;
+        let guidance = run
+            .guidance_scale
+            .map_or(models.shap_e.sampling.guidance_scale, |g| g as f32);
+        let denoiser = Denoiser::new(&models.shap_e.prior, &embeds, guidance)?;
+        let right = |z: &Tensor| -> bool {
+            let verdict = match extract_mesh(&models.shap_e.decoder, z, run.grid, dev) {
+                Ok(m) => Verdict::of(classify(&m).as_ref()),
+                Err(_) => return false,
+            };
+            verdict.right(combos[i].0, combos[i].1)
+        };
+        let mark = |ok: bool| if ok { "right" } else { "wrong" };
+        for seed in 0..seeds {
+            let noise = initial_noise(
+                &models.shap_e.prior,
+                &embeds,
+                &mut Rng::new(seed).fork(stream::PRIOR),
+            )?;
+            let mut states = Vec::new();
+            let z = finish(
+                &denoiser,
+                sched.clone(),
+                denoiser.initial_state(&sched, &noise)?,
+                &mut states,
+            )?;
+            let v = (&target - &z)?;
+            let vv = v.sqr()?.sum_all()?.to_scalar::<f32>()?;
+            let mut cells = Vec::new();
+            for &step in &steps {
+                let pushed = (&states[step] + &v)?;
+                let z2 = finish(&denoiser, sched.at_step(step)?, pushed, &mut Vec::new())?;
+                let kept = ((&z2 - &z)? * &v)?.sum_all()?.to_scalar::<f32>()? / vv;
+                cells.push(format!("{kept:.3} ({})", mark(right(&z2))));
+            }
+            println!(
+                "| {label} | {seed} | {} | {} |",
+                mark(right(&z)),
+                cells.join(" | ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `(shape, colour, target combination, target instance)`: every held-out combination toward
+/// its own first instance, then as many seen ones: toward another instance of their own
+/// combination when the world has several (a prior that denoises keeps such a push made at low
+/// noise), else toward the next seen shape of their colour.
+fn targets(
+    held_out: &[(Shape, Colour)],
+    combos: &[(Shape, Colour)],
+    per_combo: usize,
+) -> Vec<(Shape, Colour, usize, usize)> {
+    let mut out: Vec<_> = held_out
+        .iter()
+        .filter_map(|&(s, c)| Some((s, c, combos.iter().position(|&x| x == (s, c))?, 0)))
+        .collect();
+    let seen: Vec<usize> = (0..combos.len())
+        .filter(|&i| !held_out.contains(&combos[i]))
+        .collect();
+    for (k, &i) in seen.iter().enumerate().take(held_out.len()) {
+        let (shape, colour) = combos[i];
+        if per_combo > 1 {
+            out.push((shape, colour, i, 1));
+            continue;
+        }
+        let other = seen[k + 1..]
+            .iter()
+            .chain(&seen[..k])
+            .find(|&&j| combos[j].1 == colour);
+        if let Some(&j) = other {
+            out.push((shape, colour, j, 0));
+        }
+    }
+    out
+}
+
+/// Runs `sched` to the end from state `x`, unguided, pushing the state at the start of every
+/// Heun step onto `states`; returns the finished latent.
+fn finish(
+    denoiser: &Denoiser,
+    mut sched: HeunDiscreteScheduler,
+    mut x: Tensor,
+    states: &mut Vec<Tensor>,
+) -> Result<Tensor> {
+    while !sched.done() {
+        if sched.starts_step() {
+            states.push(x.clone());
+        }
+        let out = denoiser.x0(&sched, &x, &Policy::None)?;
+        x = sched.step(&out, &x)?;
+    }
+    Ok(x)
+}
+
+/// The σ at which Heun step `i` starts.
+fn step_sigma(sched: &HeunDiscreteScheduler, i: usize) -> f32 {
+    sched.at_step(i).map_or(0.0, |s| s.step_sigmas().0)
+}
+
+/// The Heun step whose starting σ is nearest to `sigma` (in log σ).
+fn nearest_step(sched: &HeunDiscreteScheduler, sigma: f32) -> usize {
+    let gap = |i: usize| (step_sigma(sched, i).ln() - sigma.ln()).abs();
+    (0..sched.num_steps().saturating_sub(1))
+        .min_by(|&a, &b| gap(a).total_cmp(&gap(b)))
+        .unwrap_or(0)
+}
