@@ -165,3 +165,30 @@ fn nearest_step(sched: &HeunDiscreteScheduler, sigma: f32) -> usize {
         .min_by(|&a, &b| gap(a).total_cmp(&gap(b)))
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::toy::world::combinations;
+    use crate::toy::HELD_OUT;
+
+    /// Held-out rows target their own combination; seen rows another instance of their own when
+    /// the world has several, else another shape of their colour, never a held-out one.
+    #[test]
+    fn control_rows_pick_their_targets() {
+        let combos = combinations();
+        let rows = targets(&HELD_OUT, &combos, 4);
+        assert_eq!(rows.len(), 2 * HELD_OUT.len());
+        for &(s, c, i, instance) in &rows[..HELD_OUT.len()] {
+            assert_eq!((combos[i], instance), ((s, c), 0));
+        }
+        for &(s, c, i, instance) in &rows[HELD_OUT.len()..] {
+            assert!(!HELD_OUT.contains(&(s, c)));
+            assert_eq!((combos[i], instance), ((s, c), 1));
+        }
+        for &(s, c, i, instance) in &targets(&HELD_OUT, &combos, 1)[HELD_OUT.len()..] {
+            let (ts, tc) = combos[i];
+            assert!(ts != s && tc == c && instance == 0 && !HELD_OUT.contains(&(ts, tc)));
+        }
+    }
+}
