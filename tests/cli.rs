@@ -141,6 +141,20 @@ fn bad_inputs_give_one_line_errors_and_no_output() {
         ),
         "tiny budget",
     );
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&[
+                "generate",
+                "a cube",
+                "--sampling-recurrence",
+                "0",
+                "--out",
+                o,
+            ]),
+            &[],
+        ),
+        "no takes of a guided step",
+    );
     assert!(!out.exists(), "no output folder for refused runs");
     let missing = d.path().join("missing.txt");
     one_line_error(
