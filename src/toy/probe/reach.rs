@@ -9,7 +9,7 @@
 //! right latent; 0: the prior undoes the push), and the evaluator's verdict on `z'`. Control rows
 //! push a seen caption's sample toward another of its own training instances (worlds with
 //! several), which a prior that denoises keeps when the push is made at low noise, or else toward
-//! another seen object of its colour.
+//! another seen object of its colour. The last row gives the median of the instance rows per σ.
 
 use anyhow::Result;
 use candle_core::{Device, Tensor};
@@ -47,12 +47,12 @@ pub(super) fn reach_table(
     println!("\n## Reach: share of the push toward the fitted latent kept at the end (verdict)\n");
     println!("| prompt | seed | unguided | {} |", sigmas.join(" | "));
     println!("|---|---|---|{}", "---|".repeat(steps.len()));
+    let mut control: Vec<Vec<f32>> = vec![Vec::new(); steps.len()];
     for (shape, colour, i, instance) in targets(held_out, combos, per_combo) {
         let prompt = caption(shape, colour);
+        let seen = !held_out.contains(&(shape, colour));
         let label = match combos[i] {
-            _ if !held_out.contains(&(shape, colour)) && instance > 0 => {
-                format!("{prompt} (seen) → its instance {instance}")
-            }
+            _ if seen && instance > 0 => format!("{prompt} (seen) → its instance {instance}"),
             c if c == (shape, colour) => prompt.clone(),
             (s, c) => format!("{prompt} (seen) → {}", caption(s, c)),
         };
@@ -62,44 +62,69 @@ pub(super) fn reach_table(
             .guidance_scale
             .map_or(models.shap_e.sampling.guidance_scale, |g| g as f32);
         let denoiser = Denoiser::new(&models.shap_e.prior, &embeds, guidance)?;
-        let right = |z: &Tensor| -> bool {
-            let verdict = match extract_mesh(&models.shap_e.decoder, z, run.grid, dev) {
-                Ok(m) => Verdict::of(classify(&m).as_ref()),
-                Err(_) => return false,
-            };
-            verdict.right(combos[i].0, combos[i].1)
+        let right = |z: &Tensor| match extract_mesh(&models.shap_e.decoder, z, run.grid, dev) {
+            Ok(m) => Verdict::of(classify(&m).as_ref()).right(combos[i].0, combos[i].1),
+            Err(_) => false,
         };
         let mark = |ok: bool| if ok { "right" } else { "wrong" };
         for seed in 0..seeds {
-            let noise = initial_noise(
-                &models.shap_e.prior,
-                &embeds,
-                &mut Rng::new(seed).fork(stream::PRIOR),
-            )?;
-            let mut states = Vec::new();
-            let z = finish(
-                &denoiser,
-                sched.clone(),
-                denoiser.initial_state(&sched, &noise)?,
-                &mut states,
-            )?;
-            let v = (&target - &z)?;
-            let vv = v.sqr()?.sum_all()?.to_scalar::<f32>()?;
+            let mut rng = Rng::new(seed).fork(stream::PRIOR);
+            let noise = initial_noise(&models.shap_e.prior, &embeds, &mut rng)?;
+            let (z, pushed) = push_at(&denoiser, &sched, &noise, &target, &steps)?;
             let mut cells = Vec::new();
-            for &step in &steps {
-                let pushed = (&states[step] + &v)?;
-                let z2 = finish(&denoiser, sched.at_step(step)?, pushed, &mut Vec::new())?;
-                let kept = ((&z2 - &z)? * &v)?.sum_all()?.to_scalar::<f32>()? / vv;
-                cells.push(format!("{kept:.3} ({})", mark(right(&z2))));
+            for (k, (kept, z2)) in pushed.iter().enumerate() {
+                cells.push(format!("{kept:.3} ({})", mark(right(z2))));
+                if seen && instance > 0 {
+                    control[k].push(*kept);
+                }
             }
-            println!(
-                "| {label} | {seed} | {} | {} |",
-                mark(right(&z)),
-                cells.join(" | ")
-            );
+            let row = cells.join(" | ");
+            println!("| {label} | {seed} | {} | {row} |", mark(right(&z)));
         }
     }
+    if control.iter().all(|c| !c.is_empty()) {
+        let medians: Vec<String> = control
+            .iter_mut()
+            .map(|c| format!("{:.3}", median(c)))
+            .collect();
+        println!("| median of the seen rows | | | {} |", medians.join(" | "));
+    }
     Ok(())
+}
+
+/// The unguided sample from `noise`, and for each of `steps` the share of the push toward
+/// `target` that the finished latent keeps when the state at that step is pushed by the whole
+/// difference, with that finished latent.
+fn push_at(
+    denoiser: &Denoiser,
+    sched: &HeunDiscreteScheduler,
+    noise: &Tensor,
+    target: &Tensor,
+    steps: &[usize],
+) -> Result<(Tensor, Vec<(f32, Tensor)>)> {
+    let mut states = Vec::new();
+    let start = denoiser.initial_state(sched, noise)?;
+    let z = finish(denoiser, sched.clone(), start, &mut states)?;
+    let v = (target - &z)?;
+    let vv = v.sqr()?.sum_all()?.to_scalar::<f32>()?;
+    let mut out = Vec::new();
+    for &step in steps {
+        let pushed = (&states[step] + &v)?;
+        let z2 = finish(denoiser, sched.at_step(step)?, pushed, &mut Vec::new())?;
+        let kept = ((&z2 - &z)? * &v)?.sum_all()?.to_scalar::<f32>()? / vv;
+        out.push((kept, z2));
+    }
+    Ok((z, out))
+}
+
+/// The median of `values` (sorted in place; not empty).
+fn median(values: &mut [f32]) -> f32 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let n = values.len();
+    match n % 2 {
+        0 => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+        _ => values[n / 2],
+    }
 }
 
 /// `(shape, colour, target combination, target instance)`: every held-out combination toward
@@ -190,5 +215,11 @@ mod tests {
             let (ts, tc) = combos[i];
             assert!(ts != s && tc == c && instance == 0 && !HELD_OUT.contains(&(ts, tc)));
         }
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [0.3, 0.1, 0.2]), 0.2);
+        assert!((median(&mut [0.4, 0.1, 0.3, 0.2]) - 0.25).abs() < 1e-6);
     }
 }
