@@ -163,6 +163,24 @@ fn stopped<T>(result: Result<T>, prompt: &str, t: Instant) -> Result<Stoppable<T
     }
 }
 
+/// The evaluator's verdict on the mesh of latent `z` (1, rows, d), extracted on a `grid`³ grid;
+/// no surface counts as an empty mesh, with a warning naming `prompt`.
+pub(crate) fn judge(
+    models: &Models,
+    z: &Tensor,
+    grid: usize,
+    device: &Device,
+    prompt: &str,
+) -> Verdict {
+    match extract_mesh(&models.shap_e.decoder, z, grid, device) {
+        Ok(m) => Verdict::of(classify(&m).as_ref()),
+        Err(e) => {
+            tracing::warn!("{prompt:?}: no mesh ({e:#})");
+            Verdict::of(Err(&EvalError::Empty))
+        }
+    }
+}
+
 /// A latent with the verdict on its mesh and the seconds it took to make.
 struct Judged {
     latent: Tensor,
@@ -190,16 +208,9 @@ impl<'a> PromptRun<'a> {
         })
     }
 
-    /// The verdict on `z`'s mesh (no surface counts as an empty mesh).
+    /// The verdict on `z`'s mesh ([`judge`]).
     fn judge(&self, z: &Tensor) -> Verdict {
-        let mesh = extract_mesh(&self.models.shap_e.decoder, z, self.s.grid, self.device);
-        match mesh {
-            Ok(m) => Verdict::of(classify(&m).as_ref()),
-            Err(e) => {
-                tracing::warn!("{:?}: no mesh ({e:#})", self.prompt);
-                Verdict::of(Err(&EvalError::Empty))
-            }
-        }
+        judge(self.models, z, self.s.grid, self.device, self.prompt)
     }
 
     /// The held-aside score of `z`.

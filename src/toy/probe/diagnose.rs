@@ -255,9 +255,6 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         text_separation(&models, &dev)?;
         return seed_spread(&models, &all, per_combo, seeds, &dev);
     }
-    // The first instance of each combination.
-    let first: Vec<u32> = (0..combos.len()).map(|i| (i * per_combo) as u32).collect();
-    let fitted = all.index_select(&Tensor::new(first.as_slice(), &dev)?, 0)?;
     if args.iter().any(|a| a == "--reach") {
         let held_out = held_out_split(&root.join("shap_e")).map_err(anyhow::Error::msg)?;
         let run = RunSettings::for_evaluation(GuideSettings::default());
@@ -265,6 +262,9 @@ pub fn diagnose(args: &[String]) -> Result<()> {
             &models, &held_out, &combos, &all, per_combo, &run, seeds, &dev,
         );
     }
+    // The first instance of each combination.
+    let first: Vec<u32> = (0..combos.len()).map(|i| (i * per_combo) as u32).collect();
+    let fitted = all.index_select(&Tensor::new(first.as_slice(), &dev)?, 0)?;
     let caps: Vec<String> = combos.iter().map(|&(s, c)| caption(s, c)).collect();
     let refs: Vec<&str> = caps.iter().map(|s| s.as_str()).collect();
     let texts = models.scorer.embed_texts(&refs)?;

@@ -16,10 +16,10 @@ use candle_core::{Device, Tensor};
 
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
-use crate::pipeline::{extract_mesh, stream, Models, RunSettings};
+use crate::pipeline::{stream, Models, RunSettings};
 use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler};
-use crate::toy::report::Verdict;
-use crate::toy::{caption, classify, Colour, Shape};
+use crate::toy::accuracy::judge;
+use crate::toy::{caption, Colour, Shape};
 
 /// The noise levels at which the state is pushed (the nearest Heun step to each).
 const SIGMAS: [f32; 8] = [40.0, 20.0, 12.0, 5.0, 2.0, 1.0, 0.5, 0.2];
@@ -62,10 +62,9 @@ pub(super) fn reach_table(
             .guidance_scale
             .map_or(models.shap_e.sampling.guidance_scale, |g| g as f32);
         let denoiser = Denoiser::new(&models.shap_e.prior, &embeds, guidance)?;
-        let right = |z: &Tensor| match extract_mesh(&models.shap_e.decoder, z, run.grid, dev) {
-            Ok(m) => Verdict::of(classify(&m).as_ref()).right(combos[i].0, combos[i].1),
-            Err(_) => false,
-        };
+        let (want_shape, want_colour) = combos[i];
+        let right =
+            |z: &Tensor| judge(models, z, run.grid, dev, &label).right(want_shape, want_colour);
         let mark = |ok: bool| if ok { "right" } else { "wrong" };
         for seed in 0..seeds {
             let mut rng = Rng::new(seed).fork(stream::PRIOR);
