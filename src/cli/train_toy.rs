@@ -82,6 +82,10 @@ pub(super) struct TrainToy {
     /// trains more often at low noise).
     #[arg(long, default_value_t = 1.0)]
     prior_timestep_power: f32,
+    /// Weight each training element's error by min(1/σ², γ)/γ (min-SNR-γ weighting), so that
+    /// errors at low noise count; 0: uniform weights, Shap-E's objective, the default.
+    #[arg(long, default_value_t = 0.0)]
+    prior_min_snr: f32,
 }
 
 impl TrainToy {
@@ -128,6 +132,11 @@ impl TrainToy {
             "--prior-timestep-power must be within 0.25..=8"
         );
         settings.prior.timestep_power = self.prior_timestep_power;
+        anyhow::ensure!(
+            (0.0..=1000.0).contains(&self.prior_min_snr),
+            "--prior-min-snr must be within 0..=1000"
+        );
+        settings.prior.min_snr = self.prior_min_snr;
         if let Some(n) = self.prior_train_steps {
             anyhow::ensure!(n > 0, "--prior-train-steps must be positive");
             settings.prior.steps = n;

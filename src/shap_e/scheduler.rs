@@ -201,9 +201,14 @@ impl HeunDiscreteScheduler {
         })
     }
 
+    /// The σ of the next model evaluation (the noise level of the state it is given).
+    pub(crate) fn current_sigma(&self) -> f32 {
+        self.sigmas[self.step_index.min(self.sigmas.len() - 1)]
+    }
+
     /// `x / sqrt(σ² + 1)` with the current σ (c_in), in f32 like diffusers.
     pub(crate) fn scale_model_input(&self, x: &Tensor) -> Result<Tensor> {
-        let s = self.sigmas[self.step_index.min(self.sigmas.len() - 1)];
+        let s = self.current_sigma();
         div(x, (s * s + 1.0).sqrt())
     }
 

@@ -152,6 +152,7 @@ impl ToyTrainSettings {
                 batch: 0,
                 weight_decay: 0.0,
                 timestep_power: 1.0,
+                min_snr: 0.0,
                 cond_dropout: 0.1,
                 mixup: 0.0,
                 seed: seed + 3,
@@ -850,6 +851,9 @@ fn command_line(s: &ToyTrainSettings) -> String {
             " --prior-timestep-power {}",
             s.prior.timestep_power
         ));
+    }
+    if s.prior.min_snr > 0.0 {
+        c.push_str(&format!(" --prior-min-snr {}", s.prior.min_snr));
     }
     if s.prior.steps != ToyTrainSettings::full(s.seed).prior.steps && !quick {
         c.push_str(&format!(" --prior-train-steps {}", s.prior.steps));

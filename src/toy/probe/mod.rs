@@ -10,6 +10,7 @@
 mod diagnose;
 mod guide;
 mod reach;
+mod reference;
 
 pub use diagnose::diagnose;
 pub use guide::guide_probe;

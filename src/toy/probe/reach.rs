@@ -10,16 +10,25 @@
 //! push a seen caption's sample toward another of its own training instances (worlds with
 //! several), which a prior that denoises keeps when the push is made at low noise, or else toward
 //! another seen object of its colour. The last row gives the median of the instance rows per σ.
+//!
+//! On worlds with several instances per caption, two more tables give the same instance rows for
+//! the two [reference denoisers](super::reference) of each caption's training instances (what a
+//! prior trained to its optimum would keep, memorising them or generalising linearly), sampled
+//! by the same Heun schedule from the same noise.
 
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 
+use super::reference::{Instances, Reference};
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
 use crate::pipeline::{stream, Models, RunSettings};
 use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler};
 use crate::toy::accuracy::judge;
 use crate::toy::{caption, Colour, Shape};
+
+/// An x0 prediction for the state at the schedule's next evaluation.
+type X0<'a> = dyn Fn(&HeunDiscreteScheduler, &Tensor) -> candle_core::Result<Tensor> + 'a;
 
 /// The noise levels at which the state is pushed (the nearest Heun step to each).
 const SIGMAS: [f32; 8] = [40.0, 20.0, 12.0, 5.0, 2.0, 1.0, 0.5, 0.2];
@@ -62,6 +71,7 @@ pub(super) fn reach_table(
             .guidance_scale
             .map_or(models.shap_e.sampling.guidance_scale, |g| g as f32);
         let denoiser = Denoiser::new(&models.shap_e.prior, &embeds, guidance)?;
+        let x0 = |s: &HeunDiscreteScheduler, x: &Tensor| denoiser.x0(s, x, &Policy::None);
         let (want_shape, want_colour) = combos[i];
         let right =
             |z: &Tensor| judge(models, z, run.grid, dev, &label).right(want_shape, want_colour);
@@ -69,7 +79,8 @@ pub(super) fn reach_table(
         for seed in 0..seeds {
             let mut rng = Rng::new(seed).fork(stream::PRIOR);
             let noise = initial_noise(&models.shap_e.prior, &embeds, &mut rng)?;
-            let (z, pushed) = push_at(&denoiser, &sched, &noise, &target, &steps)?;
+            let start = denoiser.initial_state(&sched, &noise)?;
+            let (z, pushed) = push_at(&x0, &sched, &start, &target, &steps)?;
             let mut cells = Vec::new();
             for (k, (kept, z2)) in pushed.iter().enumerate() {
                 cells.push(format!("{kept:.3} ({})", mark(right(z2))));
@@ -88,28 +99,92 @@ pub(super) fn reach_table(
             .collect();
         println!("| median of the seen rows | | | {} |", medians.join(" | "));
     }
+    if per_combo > 1 {
+        for reference in Reference::ALL {
+            reference_table(
+                models, reference, held_out, combos, latents, per_combo, &sched, &steps, &sigmas,
+                seeds, dev,
+            )?;
+        }
+    }
     Ok(())
 }
 
-/// The unguided sample from `noise`, and for each of `steps` the share of the push toward
+/// The instance control rows of [`reach_table`] for `reference`'s denoiser of each caption's
+/// training instances (shares only), from the prior's initial noise of each seed.
+#[allow(clippy::too_many_arguments)]
+fn reference_table(
+    models: &Models,
+    reference: Reference,
+    held_out: &[(Shape, Colour)],
+    combos: &[(Shape, Colour)],
+    latents: &Tensor,
+    per_combo: usize,
+    sched: &HeunDiscreteScheduler,
+    steps: &[usize],
+    sigmas: &[String],
+    seeds: u64,
+    dev: &Device,
+) -> Result<()> {
+    println!("\n## Reach of the {}\n", reference.name());
+    println!("| prompt | seed | {} |", sigmas.join(" | "));
+    println!("|---|---|{}", "---|".repeat(steps.len()));
+    let mut columns: Vec<Vec<f32>> = vec![Vec::new(); steps.len()];
+    for (shape, colour, i, instance) in targets(held_out, combos, per_combo) {
+        if held_out.contains(&(shape, colour)) {
+            continue;
+        }
+        let prompt = caption(shape, colour);
+        let own = latents.narrow(0, i * per_combo, per_combo)?;
+        let instances = Instances::new(&own)?;
+        let target = own.get(instance)?.unsqueeze(0)?;
+        let x0 =
+            |s: &HeunDiscreteScheduler, x: &Tensor| instances.x0(reference, x, s.current_sigma());
+        let embeds = models.text_embeds(&prompt, dev)?;
+        for seed in 0..seeds {
+            let mut rng = Rng::new(seed).fork(stream::PRIOR);
+            let noise = initial_noise(&models.shap_e.prior, &embeds, &mut rng)?;
+            let start = (noise.reshape(target.shape())? * f64::from(sched.init_noise_sigma()))?;
+            let (_, pushed) = push_at(&x0, sched, &start, &target, steps)?;
+            let cells: Vec<String> = pushed
+                .iter()
+                .map(|(kept, _)| format!("{kept:.3}"))
+                .collect();
+            for (c, (kept, _)) in columns.iter_mut().zip(&pushed) {
+                c.push(*kept);
+            }
+            println!(
+                "| {prompt} → its instance {instance} | {seed} | {} |",
+                cells.join(" | ")
+            );
+        }
+    }
+    let medians: Vec<String> = columns
+        .iter_mut()
+        .map(|c| format!("{:.3}", median(c)))
+        .collect();
+    println!("| median | | {} |", medians.join(" | "));
+    Ok(())
+}
+
+/// The sample from the state `start`, and for each of `steps` the share of the push toward
 /// `target` that the finished latent keeps when the state at that step is pushed by the whole
 /// difference, with that finished latent.
 fn push_at(
-    denoiser: &Denoiser,
+    x0: &X0,
     sched: &HeunDiscreteScheduler,
-    noise: &Tensor,
+    start: &Tensor,
     target: &Tensor,
     steps: &[usize],
 ) -> Result<(Tensor, Vec<(f32, Tensor)>)> {
     let mut states = Vec::new();
-    let start = denoiser.initial_state(sched, noise)?;
-    let z = finish(denoiser, sched.clone(), start, &mut states)?;
+    let z = finish(x0, sched.clone(), start.clone(), &mut states)?;
     let v = (target - &z)?;
     let vv = v.sqr()?.sum_all()?.to_scalar::<f32>()?;
     let mut out = Vec::new();
     for &step in steps {
         let pushed = (&states[step] + &v)?;
-        let z2 = finish(denoiser, sched.at_step(step)?, pushed, &mut Vec::new())?;
+        let z2 = finish(x0, sched.at_step(step)?, pushed, &mut Vec::new())?;
         let kept = ((&z2 - &z)? * &v)?.sum_all()?.to_scalar::<f32>()? / vv;
         out.push((kept, z2));
     }
@@ -159,10 +234,10 @@ fn targets(
     out
 }
 
-/// Runs `sched` to the end from state `x`, unguided, pushing the state at the start of every
+/// Runs `sched` to the end from state `x` with the x0 prediction `x0`, pushing the state at the start of every
 /// Heun step onto `states`; returns the finished latent.
 fn finish(
-    denoiser: &Denoiser,
+    x0: &X0,
     mut sched: HeunDiscreteScheduler,
     mut x: Tensor,
     states: &mut Vec<Tensor>,
@@ -171,7 +246,7 @@ fn finish(
         if sched.starts_step() {
             states.push(x.clone());
         }
-        let out = denoiser.x0(&sched, &x, &Policy::None)?;
+        let out = x0(&sched, &x)?;
         x = sched.step(&out, &x)?;
     }
     Ok(x)
