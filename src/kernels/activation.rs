@@ -1,6 +1,6 @@
 //! Activations on plain arrays, one vectorised, multi-threaded pass each: bias + SiLU forward
-//! and backward (the NeRSTF MLP), QuickGELU forward and backward (CLIP), and the logistic
-//! sigmoid. They use the vectorisable `exp` of [`super::fastmath`] ([`Real::fast_exp`]),
+//! and backward (the NeRSTF MLP), QuickGELU forward and backward (CLIP), the exact GELU forward
+//! and backward (the prior), and the logistic sigmoid. They use the vectorisable `exp` of [`super::fastmath`] ([`Real::fast_exp`]),
 //! compiled for AVX-512 or AVX2 when the CPU has them.
 
 use rayon::prelude::*;
@@ -134,9 +134,93 @@ pub(crate) fn quick_gelu_grad<T: Real>(pre: &[T], g: &mut [T], width: usize) {
         .for_each(|(a, g)| quick_gelu_grad_rows(a, g));
 }
 
+/// Elements per rayon task of the exact-GELU kernels.
+const GELU_ERF_PER_TASK: usize = 1 << 14;
+
+/// `Φ(x)`, the standard normal CDF, as `½·erfc(−x/√2)` from the Chebyshev fit of `erfc` in
+/// Numerical Recipes (fractional error below 1.2e-7 over the whole line, so the tails keep their
+/// relative accuracy), with the vectorisable `exp`.
+#[inline(always)]
+pub(crate) fn normal_cdf<T: Real>(x: T) -> T {
+    let c = |v: f64| T::from_f64(v);
+    let z = x.max_of(-x) * c(std::f64::consts::FRAC_1_SQRT_2);
+    let t = T::one() / (T::one() + c(0.5) * z);
+    let poly = -z * z - c(1.265_512_23)
+        + t * (c(1.000_023_68)
+            + t * (c(0.374_091_96)
+                + t * (c(0.096_784_18)
+                    + t * (c(-0.186_288_06)
+                        + t * (c(0.278_868_07)
+                            + t * (c(-1.135_203_98)
+                                + t * (c(1.488_515_87)
+                                    + t * (c(-0.822_152_23) + t * c(0.170_872_77)))))))));
+    let tail = c(0.5) * t * poly.fast_exp(); // ½·erfc(|x|/√2) = Φ(−|x|)
+    if x >= T::zero() {
+        T::one() - tail
+    } else {
+        tail
+    }
+}
+
+simd_dispatch!(gelu_erf_chunk<T: Real>(x: &[T], h: &mut [T]) {
+    for (&x, h) in x.iter().zip(h.iter_mut()) {
+        *h = x * normal_cdf(x);
+    }
+});
+
+simd_dispatch!(gelu_erf_grad_chunk<T: Real>(x: &[T], g: &mut [T]) {
+    let inv_sqrt_2pi = T::from_f64(0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
+    for (&x, g) in x.iter().zip(g.iter_mut()) {
+        let pdf = (T::from_f64(-0.5) * x * x).fast_exp() * inv_sqrt_2pi;
+        *g *= normal_cdf(x) + x * pdf;
+    }
+});
+
+/// `h = x·Φ(x)` (the exact GELU), in parallel.
+pub(crate) fn gelu_erf<T: Real>(x: &[T], h: &mut [T]) {
+    x.par_chunks(GELU_ERF_PER_TASK)
+        .zip(h.par_chunks_mut(GELU_ERF_PER_TASK))
+        .for_each(|(x, h)| gelu_erf_chunk(x, h));
+}
+
+/// `g *= Φ(x) + x·φ(x)` (the exact GELU's derivative), in parallel.
+pub(crate) fn gelu_erf_grad<T: Real>(x: &[T], g: &mut [T]) {
+    x.par_chunks(GELU_ERF_PER_TASK)
+        .zip(g.par_chunks_mut(GELU_ERF_PER_TASK))
+        .for_each(|(x, g)| gelu_erf_grad_chunk(x, g));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Φ against known values; the f32 kernels against the same formulas in f64 (libm's `exp`).
+    #[test]
+    fn exact_gelu_kernels_match_the_formula() {
+        for (x, phi) in [
+            (0.0f64, 0.5),
+            (1.0, 0.841_344_746_068_543),
+            (-2.0, 0.022_750_131_948_179),
+        ] {
+            assert!((normal_cdf(x) - phi).abs() < 2e-7 * phi, "Φ({x})");
+        }
+        let x: Vec<f32> = (0..40_000).map(|i| (i as f32 - 20_000.0) * 5e-4).collect();
+        let mut h = vec![0f32; x.len()];
+        gelu_erf(&x, &mut h);
+        let mut g = vec![1f32; x.len()];
+        gelu_erf_grad(&x, &mut g);
+        for (i, &v) in x.iter().enumerate() {
+            let v = v as f64;
+            let cdf = normal_cdf(v);
+            let want_h = v * cdf;
+            let want_g = cdf + v * (-0.5 * v * v).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            assert!(
+                (h[i] as f64 - want_h).abs() < 1e-6 * (1.0 + want_h.abs()),
+                "h({v})"
+            );
+            assert!((g[i] as f64 - want_g).abs() < 1e-6, "g({v})");
+        }
+    }
 
     #[test]
     fn silu_kernels_match_the_formula() {

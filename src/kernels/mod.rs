@@ -1,5 +1,5 @@
 //! The CPU kernels of the fused passes, on plain arrays: strided matrix products on the `gemm`
-//! crate ([`matmul`]), activations ([`activation`]: bias + SiLU, QuickGELU, sigmoid), LayerNorm
+//! crate ([`matmul`]), activations ([`activation`]: bias + SiLU, QuickGELU, exact GELU, sigmoid), LayerNorm
 //! ([`layer_norm`]), softmax ([`softmax`]), row fills ([`rows`]) and vectorisable math
 //! ([`fastmath`], with [`fastmath::simd_dispatch!`], which compiles a loop for AVX-512 or AVX2
 //! and picks the version the CPU supports at run time). The fused model files (`clip::fused`,
@@ -14,8 +14,8 @@ pub(crate) mod rows;
 pub(crate) mod softmax;
 
 pub(crate) use activation::{
-    bias_silu, bias_silu_inplace, bias_silu_inplace_rows, quick_gelu, quick_gelu_grad, sigmoid,
-    silu, silu_grad,
+    bias_silu, bias_silu_inplace, bias_silu_inplace_rows, gelu_erf, gelu_erf_grad, normal_cdf,
+    quick_gelu, quick_gelu_grad, sigmoid, silu, silu_grad,
 };
 pub(crate) use layer_norm::{ln_backward, ln_forward, ln_stats};
 pub(crate) use matmul::{matmul, matmul_serial, matmul_with, Mat, Write};
