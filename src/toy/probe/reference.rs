@@ -133,9 +133,11 @@ fn solve(mut m: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
         m.swap(col, pivot);
         b.swap(col, pivot);
         for row in col + 1..k {
-            let f = m[row][col] / m[col][col];
-            for j in col..k {
-                m[row][j] -= f * m[col][j];
+            let (top, bottom) = m.split_at_mut(row);
+            let (pivot, target) = (&top[col], &mut bottom[0]);
+            let f = target[col] / pivot[col];
+            for (t, p) in target[col..].iter_mut().zip(&pivot[col..]) {
+                *t -= f * p;
             }
             b[row] -= f * b[col];
         }
