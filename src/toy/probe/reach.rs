@@ -141,10 +141,12 @@ fn reference_table(
         let x0 =
             |s: &HeunDiscreteScheduler, x: &Tensor| instances.x0(reference, x, s.current_sigma());
         let embeds = models.text_embeds(&prompt, dev)?;
+        // The prior's sampler only to start from its initial state (the same noise as the prior's rows).
+        let prior = Denoiser::new(&models.shap_e.prior, &embeds, 1.0)?;
         for seed in 0..seeds {
             let mut rng = Rng::new(seed).fork(stream::PRIOR);
             let noise = initial_noise(&models.shap_e.prior, &embeds, &mut rng)?;
-            let start = (noise.reshape(target.shape())? * f64::from(sched.init_noise_sigma()))?;
+            let start = prior.initial_state(sched, &noise)?;
             let (_, pushed) = push_at(&x0, sched, &start, &target, steps)?;
             let cells: Vec<String> = pushed
                 .iter()
