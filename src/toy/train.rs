@@ -926,9 +926,10 @@ mod tests {
     use super::*;
     use crate::pipeline::Models;
 
-    /// The manifest's command line reproduces the prior's mixup (and omits it when off).
+    /// The manifest's command line reproduces the prior's mixup and min-SNR weighting (and omits
+    /// them when off).
     #[test]
-    fn the_command_line_records_the_prior_mixup() {
+    fn the_command_line_records_the_prior_mixup_and_min_snr() {
         let mut s = ToyTrainSettings::full(0);
         s.only_prior = true;
         assert_eq!(
@@ -939,6 +940,12 @@ mod tests {
         assert_eq!(
             command_line(&s),
             "clipsculpt train-toy --seed 0 --only-prior --prior-mixup 0.5"
+        );
+        s.prior.mixup = 0.0;
+        s.prior.min_snr = 5.0;
+        assert_eq!(
+            command_line(&s),
+            "clipsculpt train-toy --seed 0 --only-prior --prior-min-snr 5"
         );
     }
 
