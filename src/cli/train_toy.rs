@@ -86,6 +86,9 @@ pub(super) struct TrainToy {
     /// errors at low noise count; 0: uniform weights, Shap-E's objective, the default.
     #[arg(long, default_value_t = 0.0)]
     prior_min_snr: f32,
+    /// The prior's AdamW weight decay (default: 0, or 0.1 with --instances above 1).
+    #[arg(long)]
+    prior_weight_decay: Option<f64>,
 }
 
 impl TrainToy {
@@ -137,6 +140,13 @@ impl TrainToy {
             "--prior-min-snr must be within 0..=1000"
         );
         settings.prior.min_snr = self.prior_min_snr;
+        if let Some(d) = self.prior_weight_decay {
+            anyhow::ensure!(
+                (0.0..=10.0).contains(&d),
+                "--prior-weight-decay must be within 0..=10"
+            );
+            settings.prior.weight_decay = d;
+        }
         if let Some(n) = self.prior_train_steps {
             anyhow::ensure!(n > 0, "--prior-train-steps must be positive");
             settings.prior.steps = n;

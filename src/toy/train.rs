@@ -855,7 +855,11 @@ fn command_line(s: &ToyTrainSettings) -> String {
     if s.prior.min_snr > 0.0 {
         c.push_str(&format!(" --prior-min-snr {}", s.prior.min_snr));
     }
-    if s.prior.steps != ToyTrainSettings::full(s.seed).prior.steps && !quick {
+    let defaults = ToyTrainSettings::full(s.seed).with_instances(s.instances);
+    if s.prior.weight_decay != defaults.prior.weight_decay {
+        c.push_str(&format!(" --prior-weight-decay {}", s.prior.weight_decay));
+    }
+    if s.prior.steps != defaults.prior.steps && !quick {
         c.push_str(&format!(" --prior-train-steps {}", s.prior.steps));
     }
     c
@@ -926,10 +930,10 @@ mod tests {
     use super::*;
     use crate::pipeline::Models;
 
-    /// The manifest's command line reproduces the prior's mixup and min-SNR weighting (and omits
+    /// The manifest's command line reproduces the prior's mixup, min-SNR weighting and weight decay (and omits
     /// them when off).
     #[test]
-    fn the_command_line_records_the_prior_mixup_and_min_snr() {
+    fn the_command_line_records_the_prior_mixup_min_snr_and_decay() {
         let mut s = ToyTrainSettings::full(0);
         s.only_prior = true;
         assert_eq!(
@@ -946,6 +950,12 @@ mod tests {
         assert_eq!(
             command_line(&s),
             "clipsculpt train-toy --seed 0 --only-prior --prior-min-snr 5"
+        );
+        s = s.with_instances(4);
+        s.prior.weight_decay = 0.0;
+        assert_eq!(
+            command_line(&s),
+            "clipsculpt train-toy --seed 0 --only-prior --prior-min-snr 5 --instances 4 --prior-weight-decay 0"
         );
     }
 
