@@ -70,6 +70,11 @@ pub(super) struct TrainToy {
     /// combinations, with weight decay.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     instances: u16,
+    /// With --instances above 1: instances vary along codes shared by every combination of a shape
+    /// (size, the cube's yaw) and of a colour (shade), weighted by each object's size, yaw and
+    /// shade, instead of along a free code per object.
+    #[arg(long)]
+    instance_factors: bool,
     /// With --only-prior: make the scoring CLIP's text tower (clip/) the prior's text encoder
     /// first (the conditioning CLIP tells some captions apart barely: cosine 0.995 between "a
     /// green sphere" and "a green cube").
@@ -120,6 +125,11 @@ impl TrainToy {
             }
         }
         settings = settings.with_instances(self.instances as usize);
+        anyhow::ensure!(
+            !self.instance_factors || self.instances > 1,
+            "--instance-factors needs --instances above 1"
+        );
+        settings.decoder.instance_factors = self.instance_factors;
         settings.reuse_clip = self.reuse_clip;
         settings.only_scorer = self.only_scorer;
         settings.decoder.factorized = !self.per_object_latents;

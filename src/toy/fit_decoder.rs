@@ -12,6 +12,7 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
 use super::random::random_varmap;
+use super::factors;
 use super::world::{Colour, Shape, WorldObject};
 use crate::autodiff::rng::Rng;
 use crate::mesh::colour::linear_to_srgb;
@@ -50,6 +51,11 @@ pub(crate) struct FitSettings {
     /// 0: no such code (one instance per combination, the shipped world).
     #[serde(default)]
     pub(crate) instance_rms: f64,
+    /// With an instance code: build it from codes per shape and per colour weighted by the
+    /// object's [`factors`](super::factors) (size, the cube's yaw, shade) instead of a free code
+    /// per object, so that instances of every combination vary along shared directions.
+    #[serde(default)]
+    pub(crate) instance_factors: bool,
 }
 
 impl Default for FitSettings {
@@ -66,6 +72,7 @@ impl Default for FitSettings {
             restart_steps: 300,
             factorized: false,
             instance_rms: 0.0,
+            instance_factors: false,
         }
     }
 }
@@ -82,8 +89,8 @@ enum Codes {
     Factorized {
         shape: Var,
         colour: Var,
-        /// A small code per object `(objects, rows, d)` at row RMS `FitSettings::instance_rms`.
-        instance: Option<Var>,
+        /// What tells instances of one combination apart.
+        instance: Option<InstanceCode>,
         /// Per object: (shape index, colour index).
         index: Vec<(u32, u32)>,
     },
@@ -106,11 +113,16 @@ impl Codes {
             return Ok(Self::PerObject(init(objects.len())?));
         }
         let (shape, colour) = (init(Shape::ALL.len())?, init(Colour::ALL.len())?);
-        let instance = if s.instance_rms > 0.0 {
-            let z = rng.normal_tensor(&[objects.len(), rows, d], dev)?;
-            Some(Var::from_tensor(&normalize_rows(&z, s.instance_rms)?)?)
-        } else {
-            None
+        let instance = match (s.instance_rms > 0.0, s.instance_factors) {
+            (false, _) => None,
+            (true, false) => {
+                let z = rng.normal_tensor(&[objects.len(), rows, d], dev)?;
+                Some(InstanceCode::Free(Var::from_tensor(&normalize_rows(
+                    &z,
+                    s.instance_rms,
+                )?)?))
+            }
+            (true, true) => Some(InstanceCode::factors(objects, s, rows, d, rng, dev)?),
         };
         fn position<T: PartialEq>(all: &[T], x: &T) -> u32 {
             all.iter().position(|y| y == x).unwrap_or(0) as u32
@@ -146,7 +158,9 @@ impl Codes {
                     (shape.clone(), s.latent_rms),
                     (colour.clone(), s.latent_rms),
                 ];
-                v.extend(instance.iter().map(|i| (i.clone(), s.instance_rms)));
+                if let Some(i) = instance {
+                    v.extend(i.vars().into_iter().map(|i| (i, s.instance_rms)));
+                }
                 v
             }
         }
@@ -174,7 +188,7 @@ impl Codes {
                     .index_select(&Tensor::from_vec(ci, n, dev)?, 0)?;
                 let sum = (s + c)?;
                 let sum = match instance {
-                    Some(i) => (sum + i.as_tensor())?,
+                    Some(i) => (sum + i.codes(index)?)?,
                     None => sum,
                 };
                 normalize_rows(&sum, rms)
@@ -189,6 +203,91 @@ impl Codes {
         }
         Ok(())
     }
+}
+
+/// The code that tells instances of one combination apart, at row RMS
+/// `FitSettings::instance_rms` per code.
+enum InstanceCode {
+    /// A free code per object `(objects, rows, d)`.
+    Free(Var),
+    /// Codes per shape for each geometry factor and per colour for each shade factor
+    /// `(6·factors, rows, d)`, summed with the object's factors as weights `(objects, factors)`.
+    Factors {
+        geometry: Var,
+        shade: Var,
+        weights: [Tensor; 2],
+    },
+}
+
+impl InstanceCode {
+    fn factors(
+        objects: &[WorldObject],
+        s: &FitSettings,
+        rows: usize,
+        d: usize,
+        rng: &mut Rng,
+        dev: &Device,
+    ) -> Result<Self> {
+        let mut init = |n: usize| -> Result<Var> {
+            let z = rng.normal_tensor(&[n, rows, d], dev)?;
+            Var::from_tensor(&normalize_rows(&z, s.instance_rms)?)
+        };
+        let geometry = init(Shape::ALL.len() * factors::GEOMETRY)?;
+        let shade = init(Colour::ALL.len() * factors::SHADE)?;
+        let n = objects.len();
+        let g: Vec<f32> = objects.iter().flat_map(factors::geometry).collect();
+        let c: Vec<f32> = objects.iter().flat_map(factors::shade).collect();
+        let weights = [
+            Tensor::from_vec(g, (n, factors::GEOMETRY, 1, 1), dev)?,
+            Tensor::from_vec(c, (n, factors::SHADE, 1, 1), dev)?,
+        ];
+        Ok(Self::Factors {
+            geometry,
+            shade,
+            weights,
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        match self {
+            Self::Free(z) => vec![z.clone()],
+            Self::Factors {
+                geometry, shade, ..
+            } => vec![geometry.clone(), shade.clone()],
+        }
+    }
+
+    /// The objects' instance codes `(objects, rows, d)`; `index`: each object's (shape, colour).
+    fn codes(&self, index: &[(u32, u32)]) -> Result<Tensor> {
+        match self {
+            Self::Free(z) => Ok(z.as_tensor().clone()),
+            Self::Factors {
+                geometry,
+                shade,
+                weights,
+            } => weighted(geometry, &weights[0], index, |i| i.0)?
+                + weighted(shade, &weights[1], index, |i| i.1)?,
+        }
+    }
+}
+
+/// Per object, the sum of its group's `k` factor codes (group `of(index)`, codes `(groups·k, rows,
+/// d)`) weighted by its factors `w (objects, k, 1, 1)`.
+fn weighted(
+    codes: &Var,
+    w: &Tensor,
+    index: &[(u32, u32)],
+    of: fn(&(u32, u32)) -> u32,
+) -> Result<Tensor> {
+    let k = w.dim(1)?;
+    let idx: Vec<u32> = index
+        .iter()
+        .flat_map(|i| (0..k as u32).map(move |f| of(i) * k as u32 + f))
+        .collect();
+    let (n, (_, rows, d)) = (index.len(), codes.dims3()?);
+    let idx = Tensor::from_vec(idx, n * k, codes.device())?;
+    let picked = codes.as_tensor().index_select(&idx, 0)?;
+    picked.reshape((n, k, rows, d))?.broadcast_mul(w)?.sum(1)
 }
 
 /// The fitted decoder (as trainable variables), one latent per object, and the loss per step.
@@ -634,6 +733,64 @@ mod tests {
         };
         let (small, large) = (volume(0)?, volume(1)?);
         assert!(large > 1.5 * small, "inside points: {small} vs {large}");
+        Ok(())
+    }
+
+    /// With factor codes, a small and a large sphere differ along the same direction in red and in
+    /// green (with free codes, along unrelated ones), and the larger decodes to the larger volume.
+    #[test]
+    fn factor_codes_share_the_size_direction_across_colours() -> Result<()> {
+        let cfg: RendererConfig = serde_json::from_str(
+            r#"{"d_hidden": 8, "d_latent": 16, "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]}"#,
+        )
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let sphere = |colour, scale: f32| {
+            let mut o = WorldObject::canonical(Shape::Sphere, colour);
+            o.params.scale = scale;
+            o
+        };
+        let objects = [
+            sphere(Colour::Red, 0.8),
+            sphere(Colour::Red, 1.0),
+            sphere(Colour::Green, 0.8),
+            sphere(Colour::Green, 1.0),
+            WorldObject::canonical(Shape::Cube, Colour::Blue),
+        ];
+        let dev = Device::Cpu;
+        let mut cosines = Vec::new();
+        for instance_factors in [false, true] {
+            let s = FitSettings {
+                steps: 200,
+                points: 512,
+                lr: 1e-2,
+                factorized: true,
+                instance_rms: 0.2,
+                instance_factors,
+                restarts: 0,
+                ..FitSettings::default()
+            };
+            let fit = fit_decoder(&cfg, &objects, &s, &dev, |_, _| {})?;
+            let z = fit.latents.as_tensor().detach();
+            let red = (z.get(1)? - z.get(0)?)?.flatten_all()?;
+            let green = (z.get(3)? - z.get(2)?)?.flatten_all()?;
+            let dot = |a: &Tensor, b: &Tensor| -> Result<f32> { (a * b)?.sum_all()?.to_scalar() };
+            cosines.push(dot(&red, &green)? / (dot(&red, &red)? * dot(&green, &green)?).sqrt());
+            if instance_factors {
+                let pts = Rng::new(5)
+                    .uniform_tensor(&[1, 4096, 3], &dev)?
+                    .affine(2.0, -1.0)?;
+                let volume = |i: usize| -> Result<f32> {
+                    let w = fit.decoder.mlp_weights(&z.narrow(0, i, 1)?)?;
+                    let sdf = nerstf::sdf(&fit.decoder.query(&w, &pts)?)?;
+                    sdf.gt(0f32)?.to_dtype(DType::F32)?.sum_all()?.to_scalar()
+                };
+                for (small, large) in [(0, 1), (2, 3)] {
+                    let (a, b) = (volume(small)?, volume(large)?);
+                    assert!(b > 1.2 * a, "inside points: {a} vs {b}");
+                }
+            }
+        }
+        assert!(cosines[0].abs() < 0.5 && cosines[1] > 0.8, "cosines {cosines:?}");
         Ok(())
     }
 

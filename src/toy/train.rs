@@ -131,6 +131,7 @@ impl ToyTrainSettings {
                 restart_steps: 300,
                 factorized: true,
                 instance_rms: 0.0,
+                instance_factors: false,
             },
             clip: ClipTrainSettings {
                 steps: 4000,
@@ -845,6 +846,9 @@ fn command_line(s: &ToyTrainSettings) -> String {
     }
     if s.instances > 1 {
         c.push_str(&format!(" --instances {}", s.instances));
+        if s.decoder.instance_factors {
+            c.push_str(" --instance-factors");
+        }
     }
     if s.prior.timestep_power != 1.0 {
         c.push_str(&format!(
@@ -957,6 +961,8 @@ mod tests {
             command_line(&s),
             "clipsculpt train-toy --seed 0 --only-prior --prior-min-snr 5 --instances 4 --prior-weight-decay 0"
         );
+        s.decoder.instance_factors = true;
+        assert!(command_line(&s).contains(" --instances 4 --instance-factors "));
     }
 
     /// The manifest's command line reproduces the scorer's hard negatives and steps (and omits
