@@ -959,10 +959,10 @@ mod tests {
         s.prior.weight_decay = 0.0;
         assert_eq!(
             command_line(&s),
-            "clipsculpt train-toy --seed 0 --only-prior --prior-min-snr 5 --instances 4 --prior-weight-decay 0"
+            "clipsculpt train-toy --seed 0 --only-prior --instances 4 --prior-min-snr 5 --prior-weight-decay 0"
         );
         s.decoder.instance_factors = true;
-        assert!(command_line(&s).contains(" --instances 4 --instance-factors "));
+        assert!(command_line(&s).contains(" --instances 4 --instance-factors --"));
     }
 
     /// The manifest's command line reproduces the scorer's hard negatives and steps (and omits
