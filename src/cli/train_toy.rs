@@ -80,6 +80,10 @@ pub(super) struct TrainToy {
     /// green sphere" and "a green cube").
     #[arg(long, requires = "only_prior")]
     prior_text_from_scorer: bool,
+    /// With --only-prior: the prior's transformer blocks (default: the world's, 2 in the shipped
+    /// ones), rewritten into its config before training.
+    #[arg(long, requires = "only_prior", value_parser = clap::value_parser!(u16).range(1..=48))]
+    prior_layers: Option<u16>,
     /// The prior's training steps (default: the world's 2000).
     #[arg(long)]
     prior_train_steps: Option<usize>,
@@ -135,6 +139,7 @@ impl TrainToy {
         settings.decoder.factorized = !self.per_object_latents;
         settings.only_prior = self.only_prior;
         settings.prior_text_from_scorer = self.prior_text_from_scorer;
+        settings.prior_layers = self.prior_layers.map(usize::from);
         anyhow::ensure!(
             (0.0..=1.0).contains(&self.prior_mixup),
             "--prior-mixup must be within 0..=1"

@@ -64,7 +64,10 @@ mod tests {
         }
         let cube = WorldObject::canonical(Shape::Cube, Colour::Red);
         let g = geometry(&cube);
-        assert!((g[0] - 1.0).abs() < 1e-5 && g[1] == 1.0 && g[2] == 0.0, "{g:?}");
+        assert!(
+            (g[0] - 1.0).abs() < 1e-5 && g[1] == 1.0 && g[2] == 0.0,
+            "{g:?}"
+        );
         // A quarter turn leaves the cube, and so its factors, unchanged.
         let mut turned = cube;
         turned.params.yaw = std::f32::consts::FRAC_PI_2;

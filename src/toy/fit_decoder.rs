@@ -11,8 +11,8 @@
 use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
-use super::random::random_varmap;
 use super::factors;
+use super::random::random_varmap;
 use super::world::{Colour, Shape, WorldObject};
 use crate::autodiff::rng::Rng;
 use crate::mesh::colour::linear_to_srgb;
@@ -265,8 +265,10 @@ impl InstanceCode {
                 geometry,
                 shade,
                 weights,
-            } => weighted(geometry, &weights[0], index, |i| i.0)?
-                + weighted(shade, &weights[1], index, |i| i.1)?,
+            } => {
+                weighted(geometry, &weights[0], index, |i| i.0)?
+                    + weighted(shade, &weights[1], index, |i| i.1)?
+            }
         }
     }
 }
@@ -790,7 +792,10 @@ mod tests {
                 }
             }
         }
-        assert!(cosines[0].abs() < 0.5 && cosines[1] > 0.8, "cosines {cosines:?}");
+        assert!(
+            cosines[0].abs() < 0.5 && cosines[1] > 0.8,
+            "cosines {cosines:?}"
+        );
         Ok(())
     }
 

@@ -110,6 +110,9 @@ pub(crate) struct ToyTrainSettings {
     /// With `only_prior`: first make the scoring CLIP's text tower (`clip/`) the prior's text
     /// encoder, so the prior is conditioned by the CLIP that tells captions apart best.
     pub(crate) prior_text_from_scorer: bool,
+    /// With `only_prior`: the prior's transformer blocks, rewritten into its config before it is
+    /// trained (`None`: the world's config as it is).
+    pub(crate) prior_layers: Option<usize>,
 }
 
 impl ToyTrainSettings {
@@ -168,6 +171,7 @@ impl ToyTrainSettings {
             held_out: HELD_OUT.to_vec(),
             only_prior: false,
             prior_text_from_scorer: false,
+            prior_layers: None,
         }
     }
 
@@ -699,8 +703,13 @@ fn train_prior_only(
             ))
         })
     };
-    let prior_cfg: PriorConfig =
-        serde_json::from_str(&read(&shap_e_dir.join("prior").join("config.json"))?).map_err(msg)?;
+    let prior_json = shap_e_dir.join("prior").join("config.json");
+    if let Some(n) = s.prior_layers {
+        let mut v: serde_json::Value = serde_json::from_str(&read(&prior_json)?).map_err(msg)?;
+        v["num_layers"] = n.into();
+        write_json(&prior_json, &v)?;
+    }
+    let prior_cfg: PriorConfig = serde_json::from_str(&read(&prior_json)?).map_err(msg)?;
     let scheduler: SchedulerConfig = serde_json::from_str(&read(
         &shap_e_dir.join("scheduler").join("scheduler_config.json"),
     )?)
@@ -862,6 +871,9 @@ fn command_line(s: &ToyTrainSettings) -> String {
     let defaults = ToyTrainSettings::full(s.seed).with_instances(s.instances);
     if s.prior.weight_decay != defaults.prior.weight_decay {
         c.push_str(&format!(" --prior-weight-decay {}", s.prior.weight_decay));
+    }
+    if let Some(n) = s.prior_layers {
+        c.push_str(&format!(" --prior-layers {n}"));
     }
     if s.prior.steps != defaults.prior.steps && !quick {
         c.push_str(&format!(" --prior-train-steps {}", s.prior.steps));

@@ -1,4 +1,4 @@
-//! Two reference denoisers of one caption's training latents, to read the trained prior's reach
+//! Reference denoisers of one caption's training latents, to read the trained prior's reach
 //! against (`cargo bench --bench diagnose -- --reach`): what a prior trained to its optimum on
 //! those latents would predict at noise level σ, in two ways it could have learned them.
 //!
@@ -9,6 +9,9 @@
 //!   of the Gaussian with their mean `μ` and covariance `Σ`: `μ + Σ(Σ + σ²I)⁻¹(x − μ)`. It
 //!   keeps a share `v / (v + σ²)` of a deviation along a direction of variance `v`, and none
 //!   along a direction the instances do not vary in: a prior that generalises smoothly.
+//! - [`Reference::TokenLinear`]: the same Gaussian posterior mean taken on each latent token (a
+//!   row of `d` numbers) on its own: the best linear denoiser that never combines tokens, which
+//!   cannot tell a deviation correlated across tokens (an instance) from noise that is not.
 
 use candle_core::{Result, Tensor};
 
@@ -17,17 +20,23 @@ use candle_core::{Result, Tensor};
 pub(super) enum Reference {
     Memoriser,
     Linear,
+    TokenLinear,
 }
 
 impl Reference {
-    /// Both, in table order.
-    pub(super) const ALL: [Reference; 2] = [Reference::Memoriser, Reference::Linear];
+    /// All, in table order.
+    pub(super) const ALL: [Reference; 3] = [
+        Reference::Memoriser,
+        Reference::Linear,
+        Reference::TokenLinear,
+    ];
 
     /// The table's name.
     pub(super) fn name(self) -> &'static str {
         match self {
             Reference::Memoriser => "memoriser (posterior mean of the instances)",
             Reference::Linear => "linear (Gaussian posterior mean of the instances)",
+            Reference::TokenLinear => "token-wise linear (the same, each latent token on its own)",
         }
     }
 }
@@ -64,6 +73,7 @@ impl Instances {
         let out = match reference {
             Reference::Memoriser => self.memoriser(&x, s2),
             Reference::Linear => self.linear(&x, s2),
+            Reference::TokenLinear => self.token_linear(&x, s2),
         };
         let out: Vec<f32> = out.into_iter().map(|v| v as f32).collect();
         let mut dims = vec![1];
@@ -117,6 +127,27 @@ impl Instances {
             for (o, v) in out.iter_mut().zip(col) {
                 *o += cj * v;
             }
+        }
+        out
+    }
+}
+
+impl Instances {
+    /// [`Self::linear`] on each token (a run of the last axis) on its own.
+    fn token_linear(&self, x: &[f64], s2: f64) -> Vec<f64> {
+        let d = self.shape.last().copied().unwrap_or(x.len()).max(1);
+        let mut out = Vec::with_capacity(x.len());
+        for (t, xt) in x.chunks(d).enumerate() {
+            let rows = self
+                .rows
+                .iter()
+                .map(|r| r[t * d..t * d + xt.len()].to_vec())
+                .collect();
+            let token = Self {
+                rows,
+                shape: vec![xt.len()],
+            };
+            out.extend(token.linear(xt, s2));
         }
         out
     }
@@ -185,6 +216,33 @@ mod tests {
         let keep = 1.0 / (1.0 + sigma * sigma);
         assert!((out[0][0] - 0.8 * keep).abs() < 1e-6, "{out:?}");
         assert!(out[0][1].abs() < 1e-6 && out[0][2].abs() < 1e-6);
+        Ok(())
+    }
+
+    /// Two instances ±(1, 1) over two tokens of one number: along (1, −1), which they never
+    /// vary in, the linear denoiser keeps nothing; the token-wise one, which sees each token vary
+    /// with variance 1, keeps `1 / (1 + σ²)` of it in each token.
+    #[test]
+    fn token_wise_linear_cannot_tell_correlated_deviations_from_noise() -> Result<()> {
+        let inst = Instances::new(&Tensor::new(
+            &[[[1f32], [1.0]], [[-1.0], [-1.0]]],
+            &Device::Cpu,
+        )?)?;
+        let x = Tensor::new(&[[[0.6f32], [-0.6]]], &Device::Cpu)?;
+        let sigma = 0.5f32;
+        let global = inst.x0(Reference::Linear, &x, sigma)?.flatten_all()?;
+        let token = inst.x0(Reference::TokenLinear, &x, sigma)?.flatten_all()?;
+        let (global, token) = (global.to_vec1::<f32>()?, token.to_vec1::<f32>()?);
+        assert!(global.iter().all(|v| v.abs() < 1e-6), "{global:?}");
+        let keep = 0.6 / (1.0 + sigma * sigma);
+        assert!(
+            (token[0] - keep).abs() < 1e-6 && (token[1] + keep).abs() < 1e-6,
+            "{token:?}"
+        );
+        // Along (1, 1), which the instances do vary in, the two agree on the direction.
+        let along = Tensor::new(&[[[0.6f32], [0.6]]], &Device::Cpu)?;
+        let g = inst.x0(Reference::Linear, &along, sigma)?.flatten_all()?;
+        assert!(g.to_vec1::<f32>()?[0] > keep);
         Ok(())
     }
 
