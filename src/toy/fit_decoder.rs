@@ -105,24 +105,21 @@ impl Codes {
         rng: &mut Rng,
         dev: &Device,
     ) -> Result<Self> {
-        let mut init = |n: usize| -> Result<Var> {
-            let z = rng.normal_tensor(&[n, rows, d], dev)?;
-            Var::from_tensor(&normalize_rows(&z, s.latent_rms)?)
-        };
+        let mut init = |n: usize| random_codes(n, (rows, d), s.latent_rms, rng, dev);
         if !s.factorized {
             return Ok(Self::PerObject(init(objects.len())?));
         }
         let (shape, colour) = (init(Shape::ALL.len())?, init(Colour::ALL.len())?);
         let instance = match (s.instance_rms > 0.0, s.instance_factors) {
             (false, _) => None,
-            (true, false) => {
-                let z = rng.normal_tensor(&[objects.len(), rows, d], dev)?;
-                Some(InstanceCode::Free(Var::from_tensor(&normalize_rows(
-                    &z,
-                    s.instance_rms,
-                )?)?))
-            }
-            (true, true) => Some(InstanceCode::factors(objects, s, rows, d, rng, dev)?),
+            (true, false) => Some(InstanceCode::Free(random_codes(
+                objects.len(),
+                (rows, d),
+                s.instance_rms,
+                rng,
+                dev,
+            )?)),
+            (true, true) => Some(InstanceCode::factors(objects, s, (rows, d), rng, dev)?),
         };
         fn position<T: PartialEq>(all: &[T], x: &T) -> u32 {
             all.iter().position(|y| y == x).unwrap_or(0) as u32
@@ -205,6 +202,18 @@ impl Codes {
     }
 }
 
+/// `n` random codes `(n, rows, d)` at row RMS `rms`.
+fn random_codes(
+    n: usize,
+    (rows, d): (usize, usize),
+    rms: f64,
+    rng: &mut Rng,
+    dev: &Device,
+) -> Result<Var> {
+    let z = rng.normal_tensor(&[n, rows, d], dev)?;
+    Var::from_tensor(&normalize_rows(&z, rms)?)
+}
+
 /// The code that tells instances of one combination apart, at row RMS
 /// `FitSettings::instance_rms` per code.
 enum InstanceCode {
@@ -223,15 +232,11 @@ impl InstanceCode {
     fn factors(
         objects: &[WorldObject],
         s: &FitSettings,
-        rows: usize,
-        d: usize,
+        size: (usize, usize),
         rng: &mut Rng,
         dev: &Device,
     ) -> Result<Self> {
-        let mut init = |n: usize| -> Result<Var> {
-            let z = rng.normal_tensor(&[n, rows, d], dev)?;
-            Var::from_tensor(&normalize_rows(&z, s.instance_rms)?)
-        };
+        let mut init = |n: usize| random_codes(n, size, s.instance_rms, rng, dev);
         let geometry = init(Shape::ALL.len() * factors::GEOMETRY)?;
         let shade = init(Colour::ALL.len() * factors::SHADE)?;
         let n = objects.len();
@@ -615,10 +620,7 @@ mod tests {
     /// the object that shares its shape, after which its decoded field covers the object again.
     #[test]
     fn collapsed_latents_are_found_and_refitted() -> Result<()> {
-        let cfg: RendererConfig = serde_json::from_str(
-            r#"{"d_hidden": 8, "d_latent": 16, "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]}"#,
-        )
-        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let cfg = tiny_config()?;
         let objects = [
             WorldObject::canonical(Shape::Cube, Colour::Red),
             WorldObject::canonical(Shape::Cube, Colour::Blue),
@@ -694,10 +696,7 @@ mod tests {
     /// larger volume: the instance code carries what tells instances apart.
     #[test]
     fn instance_codes_tell_instances_of_one_combination_apart() -> Result<()> {
-        let cfg: RendererConfig = serde_json::from_str(
-            r#"{"d_hidden": 8, "d_latent": 16, "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]}"#,
-        )
-        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let cfg = tiny_config()?;
         let sphere = |scale: f32| {
             let mut o = WorldObject::canonical(Shape::Sphere, Colour::Red);
             o.params.scale = scale;
@@ -708,15 +707,7 @@ mod tests {
             sphere(1.0),
             WorldObject::canonical(Shape::Cube, Colour::Blue),
         ];
-        let s = FitSettings {
-            steps: 200,
-            points: 512,
-            lr: 1e-2,
-            factorized: true,
-            instance_rms: 0.2,
-            restarts: 0,
-            ..FitSettings::default()
-        };
+        let s = instance_fit(false);
         let dev = Device::Cpu;
         let fit = fit_decoder(&cfg, &objects, &s, &dev, |_, _| {})?;
         let z = fit.latents.as_tensor().detach();
@@ -725,27 +716,48 @@ mod tests {
         };
         let (apart, to_cube) = (d(0, 1)?, d(0, 2)?.min(d(1, 2)?));
         assert!(apart > 1e-4 && apart < to_cube, "{apart} vs {to_cube}");
-        let pts = Rng::new(5)
-            .uniform_tensor(&[1, 4096, 3], &dev)?
-            .affine(2.0, -1.0)?;
-        let volume = |i: usize| -> Result<f32> {
-            let w = fit.decoder.mlp_weights(&z.narrow(0, i, 1)?)?;
-            let sdf = nerstf::sdf(&fit.decoder.query(&w, &pts)?)?;
-            sdf.gt(0f32)?.to_dtype(DType::F32)?.sum_all()?.to_scalar()
-        };
-        let (small, large) = (volume(0)?, volume(1)?);
+        let (small, large) = (inside_points(&fit, &z, 0)?, inside_points(&fit, &z, 1)?);
         assert!(large > 1.5 * small, "inside points: {small} vs {large}");
         Ok(())
+    }
+
+    /// A decoder of 8 hidden units on 16-number latents.
+    fn tiny_config() -> Result<RendererConfig> {
+        serde_json::from_str(
+            r#"{"d_hidden": 8, "d_latent": 16, "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]}"#,
+        )
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))
+    }
+
+    /// A short factorized fit with instance codes (free, or built from factors).
+    fn instance_fit(instance_factors: bool) -> FitSettings {
+        FitSettings {
+            steps: 200,
+            points: 512,
+            lr: 1e-2,
+            factorized: true,
+            instance_rms: 0.2,
+            instance_factors,
+            restarts: 0,
+            ..FitSettings::default()
+        }
+    }
+
+    /// How many of 4096 fixed random points in the unit cube lie inside latent `i` of `z`'s field.
+    fn inside_points(fit: &DecoderFit, z: &Tensor, i: usize) -> Result<f32> {
+        let pts = Rng::new(5)
+            .uniform_tensor(&[1, 4096, 3], z.device())?
+            .affine(2.0, -1.0)?;
+        let w = fit.decoder.mlp_weights(&z.narrow(0, i, 1)?)?;
+        let sdf = nerstf::sdf(&fit.decoder.query(&w, &pts)?)?;
+        sdf.gt(0f32)?.to_dtype(DType::F32)?.sum_all()?.to_scalar()
     }
 
     /// With factor codes, a small and a large sphere differ along the same direction in red and in
     /// green (with free codes, along unrelated ones), and the larger decodes to the larger volume.
     #[test]
     fn factor_codes_share_the_size_direction_across_colours() -> Result<()> {
-        let cfg: RendererConfig = serde_json::from_str(
-            r#"{"d_hidden": 8, "d_latent": 16, "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]}"#,
-        )
-        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let cfg = tiny_config()?;
         let sphere = |colour, scale: f32| {
             let mut o = WorldObject::canonical(Shape::Sphere, colour);
             o.params.scale = scale;
@@ -761,16 +773,7 @@ mod tests {
         let dev = Device::Cpu;
         let mut cosines = Vec::new();
         for instance_factors in [false, true] {
-            let s = FitSettings {
-                steps: 200,
-                points: 512,
-                lr: 1e-2,
-                factorized: true,
-                instance_rms: 0.2,
-                instance_factors,
-                restarts: 0,
-                ..FitSettings::default()
-            };
+            let s = instance_fit(instance_factors);
             let fit = fit_decoder(&cfg, &objects, &s, &dev, |_, _| {})?;
             let z = fit.latents.as_tensor().detach();
             let red = (z.get(1)? - z.get(0)?)?.flatten_all()?;
@@ -778,16 +781,11 @@ mod tests {
             let dot = |a: &Tensor, b: &Tensor| -> Result<f32> { (a * b)?.sum_all()?.to_scalar() };
             cosines.push(dot(&red, &green)? / (dot(&red, &red)? * dot(&green, &green)?).sqrt());
             if instance_factors {
-                let pts = Rng::new(5)
-                    .uniform_tensor(&[1, 4096, 3], &dev)?
-                    .affine(2.0, -1.0)?;
-                let volume = |i: usize| -> Result<f32> {
-                    let w = fit.decoder.mlp_weights(&z.narrow(0, i, 1)?)?;
-                    let sdf = nerstf::sdf(&fit.decoder.query(&w, &pts)?)?;
-                    sdf.gt(0f32)?.to_dtype(DType::F32)?.sum_all()?.to_scalar()
-                };
                 for (small, large) in [(0, 1), (2, 3)] {
-                    let (a, b) = (volume(small)?, volume(large)?);
+                    let (a, b) = (
+                        inside_points(&fit, &z, small)?,
+                        inside_points(&fit, &z, large)?,
+                    );
                     assert!(b > 1.2 * a, "inside points: {a} vs {b}");
                 }
             }
@@ -802,10 +800,7 @@ mod tests {
     /// A short fit on two objects with a tiny decoder lowers its loss and keeps latents in range.
     #[test]
     fn short_fit_lowers_the_loss() -> Result<()> {
-        let cfg: RendererConfig = serde_json::from_str(
-            r#"{"d_hidden": 8, "d_latent": 16, "param_shapes": [[8, 93], [8, 8], [8, 8], [8, 8]]}"#,
-        )
-        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let cfg = tiny_config()?;
         let objects = [
             WorldObject::canonical(Shape::Cube, Colour::Red),
             WorldObject::canonical(Shape::Sphere, Colour::Blue),
