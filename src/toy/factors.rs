@@ -4,19 +4,20 @@
 //! Geometry: the size, and for the cube (the one shape a yaw changes) the yaw on its quarter-turn
 //! period as a cosine and a sine; shade: each linear channel's ratio to the canonical colour.
 
-use super::world::{Shape, WorldObject, BRIGHTNESS_RANGE, CHANNEL_JITTER, SCALE_RANGE};
+use super::world::{WorldObject, BRIGHTNESS_RANGE, CHANNEL_JITTER, SCALE_RANGE};
 
 /// Geometry factors per object.
 pub(crate) const GEOMETRY: usize = 3;
 /// Shade factors per object.
 pub(crate) const SHADE: usize = 3;
 
-/// The object's geometry factors: size, cos and sin of the cube's yaw (0 for other shapes).
+/// The object's geometry factors: size, cos and sin of the yaw on the shape's period (0 for shapes
+/// every yaw maps onto themselves, all but the cube).
 pub(crate) fn geometry(o: &WorldObject) -> [f32; GEOMETRY] {
     let (lo, hi) = SCALE_RANGE;
     let size = centred(o.params.scale, lo, hi);
     match o.shape.yaw_period() {
-        Some(period) if o.shape == Shape::Cube => {
+        Some(period) => {
             let turn = o.params.yaw * std::f32::consts::TAU / period;
             [size, turn.cos(), turn.sin()]
         }
@@ -42,7 +43,7 @@ fn centred(x: f32, lo: f32, hi: f32) -> f32 {
 mod tests {
     use super::*;
     use crate::autodiff::rng::Rng;
-    use crate::toy::world::Colour;
+    use crate::toy::world::{Colour, Shape};
 
     /// Every random object's factors lie in [−1, 1]; the canonical object has the cube's yaw
     /// factor (1, 0), a size at the top of the range, and other shapes have no yaw factor.
