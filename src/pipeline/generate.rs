@@ -43,10 +43,13 @@ pub fn generate(
     let rng = Rng::new(s.seed);
 
     let judge = stages.run(stage::SCORING, || Judge::new(models, prompt, s))?;
-    let (z0, sampling) = stages.run(stage::SAMPLING, || {
+    let (z0, sampling, scored) = stages.run(stage::SAMPLING, || {
         sample(models, &judge.target, s, &rng, device, &mut on_progress)
     })?;
-    let before = stages.run(stage::SCORING, || judge.score(&z0))?;
+    let before = match scored {
+        Some(score) => score,
+        None => stages.run(stage::SCORING, || judge.score(&z0))?,
+    };
 
     on_progress(Progress::Stage("optimizing", latent_steps(s)));
     let prior = guide::Start {
@@ -107,7 +110,8 @@ fn export_mesh(
 }
 
 /// The prior's sample of a run: guided through the prior or end to end through its last steps
-/// when the mode says so (with its trace), else plain.
+/// when the mode says so (with its trace, and its held-aside score when guidance computed it),
+/// else plain.
 fn sample(
     models: &Models,
     target: &Target,
@@ -115,7 +119,7 @@ fn sample(
     rng: &Rng,
     device: &Device,
     on_progress: &mut impl FnMut(Progress),
-) -> Result<(Tensor, SamplingTrace)> {
+) -> Result<(Tensor, SamplingTrace, Option<Score>)> {
     if s.mode == GuideMode::EndToEnd {
         on_progress(Progress::Stage(
             "end-to-end guidance through the last sampler steps",
@@ -130,15 +134,17 @@ fn sample(
         return Ok((
             models.run_sample(target.prompt(), s, rng, device)?,
             SamplingTrace::default(),
+            None,
         ));
     }
     on_progress(Progress::Stage(
         "guided sampling through the prior",
         s.prior_steps,
     ));
-    models.guided_sample(target, s, rng, device, |step, c| {
+    let (z, trace) = models.guided_sample(target, s, rng, device, |step, c| {
         on_progress(Progress::Step(step, c))
-    })
+    })?;
+    Ok((z, trace, None))
 }
 
 /// Steps of the latent optimization in this run (0 unless the mode optimizes the latent).

@@ -17,7 +17,7 @@ use crate::clip::{
 };
 use crate::device::memory as device_memory;
 use crate::device::Precision;
-use crate::guide::{self, GuideTrace, SamplingTrace, StartChoice, Target, ViewLoss};
+use crate::guide::{self, GuideTrace, SamplingTrace, Score, StartChoice, Target, ViewLoss};
 use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler, ShapE};
 
 /// Where a run's models came from (folders), for reports.
@@ -176,7 +176,8 @@ impl Models {
     /// ([`guide::end_to_end`]): the same noise as [`Self::run_sample`], the view loss of `target`
     /// (stream [`stream::SAMPLING`]), as `s.end_to_end` says. The guided sample is returned only
     /// if it beats the unguided one on the held-aside views by `s.guide.keep_margin`; otherwise,
-    /// and with no iterations, it is [`Self::run_sample`]'s latent, bit for bit.
+    /// and with no iterations, it is [`Self::run_sample`]'s latent, bit for bit. The third
+    /// element is the returned latent's held-aside score, when the comparison computed it.
     pub(crate) fn end_to_end_sample(
         &self,
         target: &Target,
@@ -184,29 +185,31 @@ impl Models {
         rng: &Rng,
         device: &Device,
         on_iteration: impl FnMut(usize, f32),
-    ) -> Result<(Tensor, SamplingTrace)> {
+    ) -> Result<(Tensor, SamplingTrace, Option<Score>)> {
         let (run, noise) = self.sampling_run(target, s, rng, device)?;
         let loss = self.view_loss(target, s);
         let sampling = rng.fork(stream::SAMPLING);
         let r =
             guide::end_to_end_sample(&run, &noise, &s.end_to_end, &loss, &sampling, on_iteration)?;
-        let (mut chain, mut z) = (r.trace, r.unguided);
+        let (mut chain, mut z, mut exported) = (r.trace, r.unguided, None);
         // Every recorded iteration updated the optimized tensor; without one the two are the same.
         if !chain.iterations.is_empty() {
             let side = s.guide.eval_side(self.scorer.image_size());
             let score =
                 |z: &Tensor| guide::score(&self.shap_e.decoder, &self.scorer, target, z, side);
-            let scores = [score(&z)?.score, score(&r.latent)?.score];
-            chain.held_aside = Some(scores);
-            if scores[1] >= scores[0] + s.guide.keep_margin {
+            let scores = [score(&z)?, score(&r.latent)?];
+            chain.held_aside = Some(scores.map(|s| s.score));
+            let guided_wins = scores[1].score >= scores[0].score + s.guide.keep_margin;
+            if guided_wins {
                 (z, chain.exported_guided) = (r.latent, true);
             }
+            exported = Some(scores[usize::from(guided_wins)]);
         }
         let trace = SamplingTrace {
             end_to_end: Some(chain),
             ..SamplingTrace::default()
         };
-        Ok((z, trace))
+        Ok((z, trace, exported))
     }
 
     /// The prior's sampling run for `target`'s prompt with settings `s`, and its starting noise

@@ -224,21 +224,23 @@ impl GreenSphere {
         }
     }
 
+    /// The held-aside score of `z`.
+    fn held_aside(&self, z: &Tensor) -> crate::guide::Score {
+        let side = self.run.guide.eval_side(self.m.scorer.image_size());
+        crate::guide::score(
+            &self.m.shap_e.decoder,
+            &self.m.scorer,
+            &self.target,
+            z,
+            side,
+        )
+        .unwrap()
+    }
+
     /// Asserts that `z` beats the unguided sample on the held-aside views by more than 0.01.
     fn assert_raises_the_held_aside_score(&self, z: &Tensor) {
-        let side = self.run.guide.eval_side(self.m.scorer.image_size());
-        let held_aside = |z: &Tensor| {
-            crate::guide::score(
-                &self.m.shap_e.decoder,
-                &self.m.scorer,
-                &self.target,
-                z,
-                side,
-            )
-            .unwrap()
-            .score
-        };
-        let (before, after) = (held_aside(&self.plain), held_aside(z));
+        let before = self.held_aside(&self.plain).score;
+        let after = self.held_aside(z).score;
         eprintln!("held-aside score: unguided {before:.4}, guided {after:.4}");
         assert!(after > before + 0.01, "unguided {before}, guided {after}");
     }
@@ -295,13 +297,13 @@ fn self_recurrence_redoes_steps_and_raises_the_held_aside_score() {
 }
 
 /// End-to-end guidance through the sampler's last steps raises the held-aside score over the
-/// unguided sample from the same noise (and is exported over it), and with no iterations it is
-/// that sample, bit for bit.
+/// unguided sample from the same noise (and is exported over it, with the exported latent's own
+/// held-aside score), and with no iterations it is that sample, bit for bit, unscored.
 #[test]
 fn end_to_end_guidance_raises_the_held_aside_score() {
     let mut g = GreenSphere::new(crate::guide::GuideMode::EndToEnd);
     let dev = Device::Cpu;
-    let (guided, trace) =
+    let (guided, trace, scored) =
         g.m.end_to_end_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
             .unwrap();
     let chain = trace.end_to_end.expect("no end-to-end trace");
@@ -309,11 +311,13 @@ fn end_to_end_guidance_raises_the_held_aside_score() {
     assert_eq!(chain.iterations.len(), iterations, "{chain:?}");
     assert!(chain.exported_guided, "{chain:?}");
     g.assert_raises_the_held_aside_score(&guided);
+    assert_eq!(scored, Some(g.held_aside(&guided)));
     g.run.end_to_end.iterations = 0;
-    let (off, _) =
+    let (off, _, off_score) =
         g.m.end_to_end_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
             .unwrap();
     g.assert_unguided(&off);
+    assert_eq!(off_score, None);
 }
 
 /// A paraphrase of the prompt is not contrasted against it; another combination is.

@@ -330,12 +330,15 @@ impl<'a> PromptRun<'a> {
         let guided = self
             .models
             .end_to_end_sample(&self.target, &s, rng, self.device, |_, _| {});
-        let z = match stopped(guided, self.prompt, t)? {
-            Ok((z, _)) => z,
+        let (z, scored) = match stopped(guided, self.prompt, t)? {
+            Ok((z, _, scored)) => (z, scored),
             Err(failed) => return Ok(Err(failed)),
         };
         let seconds = t.elapsed().as_secs_f64();
-        let score = self.score(&z)?;
+        let score = match scored {
+            Some(score) => score,
+            None => self.score(&z)?,
+        };
         let attribution = Attribution {
             start: "unguided sample".into(),
             start_verdict: prior.verdict.clone(),
