@@ -9,12 +9,13 @@
 //! widths), the exact optimum is a DP over boundaries; it is cheap for the chains we have (N ≤ 48).
 //!
 //! Memory model (bytes), which the benchmark checks against the counting allocator:
-//! `peak = Σ graph(stored blocks) + Σ input(checkpointed segments) + max graph(checkpointed
-//! segment) + max backward(block) + 8·max input`: the fourth term is one block's backward
-//! temporaries (candle accumulates each gradient as `zeros + g`, three tensors), the last the
-//! boundary-sized tensors in flight (the outer gradient's accumulation, the recompute's `Var` copy
-//! and VJP product, the loss head). The benchmark compares this prediction with the counting
-//! allocator.
+//! `peak = Σ graph(stored blocks) + Σ input(checkpointed segments) + max transient(checkpointed
+//! segment) + max backward(block) + 8·max input`. A checkpointed segment's transient is what its
+//! backward holds above its kept input: its graph when recomputed with one, or, when every block
+//! has a hand-written VJP, the inputs of its later blocks plus the largest VJP's own peak. The
+//! fourth term is one block's backward temporaries (candle accumulates each gradient as
+//! `zeros + g`, three tensors), the last the boundary-sized tensors in flight (the outer
+//! gradient's accumulation, the recompute's `Var` copy and VJP product, the loss head).
 
 use super::plan::{Plan, PlanError, Segment};
 
@@ -27,6 +28,23 @@ pub struct BlockCost {
     pub graph_bytes: usize,
     /// Peak bytes above the graph while the block's backward runs (temporaries, gradients).
     pub(crate) backward_bytes: usize,
+    /// Peak bytes above its input while the block's hand-written VJP runs
+    /// ([`super::Block::input_vjp`]), when it has one.
+    pub(crate) vjp_bytes: Option<usize>,
+}
+
+/// Bytes the backward of checkpointed segment `blocks` holds above its kept input (see the
+/// module docs).
+fn transient(costs: &[BlockCost], blocks: std::ops::Range<usize>) -> usize {
+    let seg = &costs[blocks];
+    let vjp: Option<Vec<usize>> = seg.iter().map(|c| c.vjp_bytes).collect();
+    match vjp {
+        Some(vjp) => {
+            let later: usize = seg.iter().skip(1).map(|c| c.input_bytes).sum();
+            later + vjp.into_iter().max().unwrap_or(0)
+        }
+        None => seg.iter().map(|c| c.graph_bytes).sum(),
+    }
 }
 
 /// Predicted peak bytes of running `plan` forward and backward (see the module docs).
@@ -49,14 +67,14 @@ pub fn predicted_peak(costs: &[BlockCost], plan: &Plan) -> usize {
         .filter(|s| s.checkpointed)
         .map(|s| costs[s.blocks.start].input_bytes)
         .sum();
-    let transient = plan
+    let recompute = plan
         .segments
         .iter()
         .filter(|s| s.checkpointed)
-        .map(graph)
+        .map(|s| transient(costs, s.blocks.clone()))
         .max()
         .unwrap_or(0);
-    stored + kept + transient + scratch(costs)
+    stored + kept + recompute + scratch(costs)
 }
 
 fn scratch(costs: &[BlockCost]) -> usize {
@@ -70,16 +88,17 @@ fn scratch(costs: &[BlockCost]) -> usize {
 pub(crate) fn plan_for_budget(costs: &[BlockCost], budget: usize) -> Result<Plan, PlanError> {
     let n = costs.len();
     let a: Vec<usize> = costs.iter().map(|c| c.graph_bytes).collect();
-    let prefix: Vec<usize> = std::iter::once(0)
-        .chain(a.iter().scan(0, |acc, &x| {
-            *acc += x;
-            Some(*acc)
-        }))
+    // trans[i][j]: the transient of checkpointed segment i..j (growing with j).
+    let trans: Vec<Vec<usize>> = (0..n)
+        .map(|i| {
+            (0..=n)
+                .map(|j| if j > i { transient(costs, i..j) } else { 0 })
+                .collect()
+        })
         .collect();
-    // Candidate caps on the largest checkpointed segment's graph: every contiguous sum, or none.
+    // Candidate caps on the largest checkpointed segment's transient: every segment's, or none.
     let mut caps: Vec<usize> = (0..n)
-        .flat_map(|i| (i + 1..=n).map(move |j| (i, j)))
-        .map(|(i, j)| prefix[j] - prefix[i])
+        .flat_map(|i| trans[i][i + 1..].iter().copied())
         .collect();
     caps.push(0);
     caps.sort_unstable();
@@ -103,7 +122,7 @@ pub(crate) fn plan_for_budget(costs: &[BlockCost], budget: usize) -> Result<Plan
                     from[i + 1][r] = (i, false);
                 }
                 for j in i + 1..=n {
-                    if prefix[j] - prefix[i] > cap {
+                    if trans[i][j] > cap {
                         break;
                     }
                     let (r2, m2) = (r + j - i, m + costs[i].input_bytes);
@@ -167,7 +186,8 @@ mod tests {
             BlockCost {
                 input_bytes: s,
                 graph_bytes: a,
-                backward_bytes: a
+                backward_bytes: a,
+                vjp_bytes: None,
             };
             n
         ]
@@ -213,6 +233,7 @@ mod tests {
             input_bytes: s,
             graph_bytes: a,
             backward_bytes: 2 * a,
+            vjp_bytes: None,
         })
         .collect();
         let plans = all_plans(costs.len());
@@ -231,6 +252,50 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         }
+    }
+
+    /// With hand-written VJPs (segments cost their later inputs and the largest VJP peak, not
+    /// their graph) the DP still finds the brute-force optimum, and needs less than with graphs.
+    #[test]
+    fn lean_segments_match_brute_force_optimum() {
+        let costs: Vec<BlockCost> = [(3, 20, 9), (2, 35, 12), (2, 10, 4), (5, 40, 15), (1, 15, 6)]
+            .iter()
+            .map(|&(s, a, v)| BlockCost {
+                input_bytes: s,
+                graph_bytes: a,
+                backward_bytes: 2 * a,
+                vjp_bytes: Some(v),
+            })
+            .collect();
+        let plans = all_plans(costs.len());
+        for budget in (40..=250).step_by(5) {
+            let brute = plans
+                .iter()
+                .filter(|p| predicted_peak(&costs, p) <= budget)
+                .map(|p| p.recomputed_blocks())
+                .min();
+            match plan_for_budget(&costs, budget) {
+                Ok(plan) => {
+                    assert!(predicted_peak(&costs, &plan) <= budget);
+                    assert_eq!(Some(plan.recomputed_blocks()), brute, "budget {budget}");
+                }
+                Err(PlanError::BudgetTooSmall { .. }) => assert_eq!(brute, None, "budget {budget}"),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let one_segment = Plan::uniform(costs.len(), costs.len(), true);
+        let graphs: Vec<BlockCost> = costs
+            .iter()
+            .map(|c| BlockCost {
+                vjp_bytes: None,
+                ..*c
+            })
+            .collect();
+        assert_eq!(
+            predicted_peak(&costs, &one_segment),
+            3 + (2 + 2 + 5 + 1) + 15 + 80 + 40
+        );
+        assert!(predicted_peak(&costs, &one_segment) < predicted_peak(&graphs, &one_segment));
     }
 
     /// A budget above store-all needs no recomputation; a tiny one is refused with the minimum.

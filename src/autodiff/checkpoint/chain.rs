@@ -7,7 +7,7 @@ use candle_core::{Result, Tensor, Var};
 
 use super::budget::BlockCost;
 use super::plan::Plan;
-use super::segment::{checkpoint, recompute_unchunked};
+use super::segment::recompute_unchunked;
 use crate::autodiff::memory;
 use crate::autodiff::vjp::{attach, backward_with_grad, Vjp};
 
@@ -45,15 +45,8 @@ where
     let mut h = x.clone();
     for seg in &plan.segments {
         let seg_blocks = &blocks[seg.blocks.clone()];
-        h = if seg.checkpointed && seg_blocks.len() == 1 {
-            checkpoint_block(seg_blocks[0].clone(), &h, context)?
-        } else if seg.checkpointed {
-            let owned: Arc<Vec<B>> = Arc::new(seg_blocks.to_vec());
-            let mut inputs = vec![h];
-            inputs.extend_from_slice(context);
-            checkpoint(&inputs, move |ins| {
-                forward_all(owned.as_slice(), &ins[0], &ins[1..])
-            })?
+        h = if seg.checkpointed {
+            checkpoint_segment(seg_blocks.to_vec(), &h, context)?
         } else {
             forward_all(seg_blocks, &h, context)?
         };
@@ -61,31 +54,59 @@ where
     Ok(h)
 }
 
-/// One checkpointed block: forward without a graph, keeping `x`; backward by the block's
-/// [`Block::input_vjp`] where it has one, else by recomputing it with a graph.
-fn checkpoint_block<B>(block: B, x: &Tensor, context: &[Tensor]) -> Result<Tensor>
+/// One checkpointed segment: forward without a graph, keeping `x`; backward by the blocks'
+/// [`Block::input_vjp`]s where they have them ([`segment_vjp`]), else by recomputing the segment
+/// with a graph.
+fn checkpoint_segment<B>(blocks: Vec<B>, x: &Tensor, context: &[Tensor]) -> Result<Tensor>
 where
     B: Block + 'static,
 {
     let ctx: Vec<Tensor> = context.iter().map(|t| t.detach()).collect();
-    let out = block.forward(&x.detach(), &ctx)?;
+    let out = forward_all(&blocks, &x.detach(), &ctx)?;
     let mut inputs = vec![x];
     inputs.extend(context);
     let lean = Arc::new(move |v: &Vjp| -> Result<Vec<Option<Tensor>>> {
         let (x, ctx) = (&v.inputs[0], &v.inputs[1..]);
         let context_tracks = (1..v.inputs.len()).any(|i| v.needs(i));
         if !context_tracks {
-            if let Some(gx) = block.input_vjp(x, ctx, v.grad)? {
+            if let Some(gx) = segment_vjp(&blocks, x, ctx, v.grad)? {
                 let mut grads = vec![Some(gx)];
                 grads.resize(v.inputs.len(), None);
                 return Ok(grads);
             }
         }
         recompute_unchunked(v, &|_: &[Tensor], ins: &[Tensor]| {
-            block.forward(&ins[0], &ins[1..])
+            forward_all(&blocks, &ins[0], &ins[1..])
         })
     });
     attach("checkpoint", out, &inputs, lean)
+}
+
+/// The gradient of `Σ segment(x) ⊙ g` with respect to `x` by the blocks' hand-written VJPs, last
+/// block first: the blocks' inputs are recomputed without a graph, and each is dropped once its
+/// block's VJP has used it. `None` when a block has no hand-written VJP.
+fn segment_vjp<B: Block>(
+    blocks: &[B],
+    x: &Tensor,
+    ctx: &[Tensor],
+    g: &Tensor,
+) -> Result<Option<Tensor>> {
+    let mut xs = vec![x.clone()];
+    for b in &blocks[..blocks.len().saturating_sub(1)] {
+        let next = b.forward(&xs[xs.len() - 1], ctx)?;
+        xs.push(next);
+    }
+    let mut g = g.clone();
+    for b in blocks.iter().rev() {
+        let Some(x) = xs.pop() else {
+            candle_core::bail!("checkpointed segment: a block input is missing (bug)");
+        };
+        match b.input_vjp(&x, ctx, &g)? {
+            Some(gx) => g = gx,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(g))
 }
 
 fn forward_all<B: Block>(blocks: &[B], x: &Tensor, context: &[Tensor]) -> Result<Tensor> {
@@ -95,7 +116,9 @@ fn forward_all<B: Block>(blocks: &[B], x: &Tensor, context: &[Tensor]) -> Result
 }
 
 /// Measures each block's [`BlockCost`] by running it once forward and backward from `x` under
-/// the counting allocator (CPU). Returns `None` when the counting allocator is not installed.
+/// the counting allocator (CPU), and its hand-written VJP when it has one and `context` tracks no
+/// gradient (else checkpointed segments recompute with a graph). Returns `None` when the counting
+/// allocator is not installed.
 pub fn measure_costs<B: Block>(
     blocks: &[B],
     x: &Tensor,
@@ -104,6 +127,7 @@ pub fn measure_costs<B: Block>(
     if !memory::is_counting() || !x.device().is_cpu() {
         return Ok(None);
     }
+    let context_tracks = context.iter().any(|t| t.track_op());
     let mut costs = Vec::with_capacity(blocks.len());
     let mut h = x.detach();
     for b in blocks {
@@ -112,15 +136,30 @@ pub fn measure_costs<B: Block>(
         let meter = memory::PeakMeter::start();
         let out = b.forward(var.as_tensor(), context)?;
         let graph_bytes = meter.live_above_base();
-        h = out.detach();
-        let g = h.ones_like()?;
+        let next = out.detach();
+        let g = next.ones_like()?;
         drop(backward_with_grad(&out, &g)?);
         let backward_bytes = meter.peak_above_base().saturating_sub(graph_bytes);
+        drop((out, var, meter));
+        let vjp_bytes = match context_tracks {
+            true => None,
+            false => vjp_peak(b, &h, context, &g)?,
+        };
         costs.push(BlockCost {
             input_bytes,
             graph_bytes,
             backward_bytes,
+            vjp_bytes,
         });
+        h = next;
     }
     Ok(Some(costs))
+}
+
+/// Peak bytes above the live heap while `b`'s hand-written VJP runs at `x` with output gradient
+/// `g`; `None` when it has none.
+fn vjp_peak<B: Block>(b: &B, x: &Tensor, context: &[Tensor], g: &Tensor) -> Result<Option<usize>> {
+    let meter = memory::PeakMeter::start();
+    let gx = b.input_vjp(x, context, g)?;
+    Ok(gx.map(|_| meter.peak_above_base()))
 }

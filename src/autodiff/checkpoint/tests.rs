@@ -59,7 +59,8 @@ fn every_policy_matches_the_plain_graph() -> Result<()> {
         BlockCost {
             input_bytes: 1,
             graph_bytes: 10,
-            backward_bytes: 20
+            backward_bytes: 20,
+            vjp_bytes: None,
         };
         n
     ];
@@ -180,5 +181,73 @@ fn untracked_inputs_make_no_node() -> Result<()> {
     let x = randn(&[2, 3], 1, &Device::Cpu)?;
     let y = checkpoint(&[x], |ins| ins[0].exp())?;
     assert!(!y.track_op());
+    Ok(())
+}
+
+/// A residual MLP block whose VJP is its own recorded graph's, counting the calls.
+#[derive(Clone)]
+struct CountedVjp {
+    block: ResidualMlp,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Block for CountedVjp {
+    fn forward(&self, x: &Tensor, ctx: &[Tensor]) -> Result<Tensor> {
+        self.block.forward(x, ctx)
+    }
+
+    fn input_vjp(&self, x: &Tensor, ctx: &[Tensor], g: &Tensor) -> Result<Option<Tensor>> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let x = Var::from_tensor(x)?;
+        let grads = (self.block.forward(x.as_tensor(), ctx)? * g)?
+            .sum_all()?
+            .backward()?;
+        Ok(grads.get(&x).cloned())
+    }
+}
+
+#[test]
+fn multi_block_segments_use_the_blocks_own_vjps() -> Result<()> {
+    let (n, d) = (6, 16);
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let blocks: Vec<CountedVjp> = chain(n, d)?
+        .into_iter()
+        .map(|block| CountedVjp {
+            block,
+            calls: calls.clone(),
+        })
+        .collect();
+    let x = Var::from_tensor(&randn(&[5, d], 1, &Device::Cpu)?)?;
+    let w = randn(&[5, d], 7, &Device::Cpu)?;
+    let grad = |policy: Policy| -> Result<Tensor> {
+        let plan = policy.plan(n, None).unwrap();
+        let out = run_chain(&blocks, x.as_tensor(), &[], &plan)?;
+        let g = (out * &w)?.sum_all()?.backward()?;
+        Ok(g.get(&x).expect("gradient reaches the chain input").clone())
+    };
+    let reference = grad(Policy::None)?;
+    for (policy, vjps) in [
+        (Policy::EveryK(4), n),
+        (Policy::Sqrt, n),
+        (Policy::LastN(3), 3),
+    ] {
+        calls.store(0, std::sync::atomic::Ordering::SeqCst);
+        let g = grad(policy)?;
+        let used = calls.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(used, vjps, "{policy}: block VJPs called");
+        assert_same(&[g], std::slice::from_ref(&reference), &policy.to_string())?;
+    }
+    // A tracked context makes every segment recompute with a graph instead.
+    let mask = Var::from_tensor(&Tensor::ones(
+        (5, 1),
+        candle_core::DType::F32,
+        &Device::Cpu,
+    )?)?;
+    calls.store(0, std::sync::atomic::Ordering::SeqCst);
+    let plan = Policy::EveryK(2).plan(n, None).unwrap();
+    run_chain(&blocks, x.as_tensor(), &[mask.as_tensor().clone()], &plan)?
+        .sum_all()?
+        .backward()?;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
     Ok(())
 }
