@@ -215,6 +215,27 @@ mod tests {
         plans
     }
 
+    /// At each of `budgets`, the DP's plan fits and recomputes as few blocks as the best of all
+    /// plans that fit (or both refuse).
+    fn assert_matches_brute_force(costs: &[BlockCost], budgets: impl Iterator<Item = usize>) {
+        let plans = all_plans(costs.len());
+        for budget in budgets {
+            let brute = plans
+                .iter()
+                .filter(|p| predicted_peak(costs, p) <= budget)
+                .map(|p| p.recomputed_blocks())
+                .min();
+            match plan_for_budget(costs, budget) {
+                Ok(plan) => {
+                    assert!(predicted_peak(costs, &plan) <= budget);
+                    assert_eq!(Some(plan.recomputed_blocks()), brute, "budget {budget}");
+                }
+                Err(PlanError::BudgetTooSmall { .. }) => assert_eq!(brute, None, "budget {budget}"),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
     /// Against brute force over all plans of 7 non-uniform blocks, at many budgets, the DP finds
     /// the least recomputation that fits, and its plan's predicted peak fits.
     #[test]
@@ -236,22 +257,7 @@ mod tests {
             vjp_bytes: None,
         })
         .collect();
-        let plans = all_plans(costs.len());
-        for budget in (60..=330).step_by(7) {
-            let brute = plans
-                .iter()
-                .filter(|p| predicted_peak(&costs, p) <= budget)
-                .map(|p| p.recomputed_blocks())
-                .min();
-            match plan_for_budget(&costs, budget) {
-                Ok(plan) => {
-                    assert!(predicted_peak(&costs, &plan) <= budget);
-                    assert_eq!(Some(plan.recomputed_blocks()), brute, "budget {budget}");
-                }
-                Err(PlanError::BudgetTooSmall { .. }) => assert_eq!(brute, None, "budget {budget}"),
-                Err(e) => panic!("{e}"),
-            }
-        }
+        assert_matches_brute_force(&costs, (60..=330).step_by(7));
     }
 
     /// With hand-written VJPs (segments cost their later inputs and the largest VJP peak, not
@@ -267,22 +273,7 @@ mod tests {
                 vjp_bytes: Some(v),
             })
             .collect();
-        let plans = all_plans(costs.len());
-        for budget in (40..=250).step_by(5) {
-            let brute = plans
-                .iter()
-                .filter(|p| predicted_peak(&costs, p) <= budget)
-                .map(|p| p.recomputed_blocks())
-                .min();
-            match plan_for_budget(&costs, budget) {
-                Ok(plan) => {
-                    assert!(predicted_peak(&costs, &plan) <= budget);
-                    assert_eq!(Some(plan.recomputed_blocks()), brute, "budget {budget}");
-                }
-                Err(PlanError::BudgetTooSmall { .. }) => assert_eq!(brute, None, "budget {budget}"),
-                Err(e) => panic!("{e}"),
-            }
-        }
+        assert_matches_brute_force(&costs, (40..=250).step_by(5));
         let one_segment = Plan::uniform(costs.len(), costs.len(), true);
         let graphs: Vec<BlockCost> = costs
             .iter()
