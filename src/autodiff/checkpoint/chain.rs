@@ -141,9 +141,10 @@ pub fn measure_costs<B: Block>(
         drop(backward_with_grad(&out, &g)?);
         let backward_bytes = meter.peak_above_base().saturating_sub(graph_bytes);
         drop((out, var, meter));
-        let vjp_bytes = match context_tracks {
-            true => None,
-            false => vjp_peak(b, &h, context, &g)?,
+        let vjp_bytes = if context_tracks {
+            None
+        } else {
+            vjp_peak(b, &h, context, &g)?
         };
         costs.push(BlockCost {
             input_bytes,
