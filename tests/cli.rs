@@ -36,6 +36,7 @@ fn bad_arguments_are_usage_errors() {
         &["generate", "a cube", "--checkpoint", "every:0"],
         &["generate", "a cube", "--memory-budget", "lots"],
         &["generate", "a cube", "--eval-resolution", "2"],
+        &["generate", "a cube", "--candidates", "0"],
         &["batch", "p.txt", "--shard", "3/3"],
         &["generate", "a cube", "--model", "./no/such/folder"],
     ] {
@@ -223,7 +224,14 @@ fn generate_writes_every_output() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("red-cube");
     let o = clipsculpt(
-        &with_fast(&["generate", "a red cube", "--out", out.to_str().unwrap()]),
+        &with_fast(&[
+            "generate",
+            "a red cube",
+            "--out",
+            out.to_str().unwrap(),
+            "--candidates",
+            "2",
+        ]),
         &[],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -240,6 +248,17 @@ fn generate_writes_every_output() {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["prompt"], "a red cube");
+    // Both candidate noises scored, the better one chosen.
+    let scores: Vec<f64> = report["noise"]["scores"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
+        .unwrap_or_default();
+    assert_eq!(scores.len(), 2, "{}", report["noise"]);
+    let chosen = report["noise"]["chosen"].as_u64().unwrap_or(9) as usize;
+    assert!(
+        chosen < 2 && scores[chosen] >= scores[1 - chosen],
+        "{scores:?} {chosen}"
+    );
     assert_eq!(
         report["trace"]["cosine"].as_array().map(|a| a.len()),
         Some(2)
@@ -350,7 +369,8 @@ fn batch_resumes_after_a_kill_and_reports_bad_lines() {
 }
 
 /// `eval` runs every default mode on toy captions and prints one table, a row per mode, with the
-/// negatives and the held-out split it used.
+/// negatives and the held-out split it used; with the world's fitted latents, a second table
+/// sets the wrong runs beside the right object.
 #[test]
 fn eval_prints_one_table_of_modes() {
     let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/toy-heldout.txt");
@@ -371,12 +391,21 @@ fn eval_prints_one_table_of_modes() {
             "1",
             "--grid",
             "16",
+            "--reference-latents",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/assets/toy/latents.safetensors"
+            ),
         ],
         &[],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("Negatives: none"), "{out}");
+    assert!(
+        out.contains("| mode | held-out wrong runs scored ≥ right object |"),
+        "{out}"
+    );
     assert!(
         out.contains("Held out of the prior: a green sphere,"),
         "{out}"

@@ -69,6 +69,7 @@ fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
             seed: 0,
             prior_steps: 16,
             guidance_scale: None,
+            candidates: 1,
             mode: GuideMode::Latent,
             sampling: SamplingGuidance::default(),
             end_to_end: EndToEndGuidance::default(),
@@ -109,6 +110,7 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         seed: 3,
         prior_steps: 2,
         guidance_scale: Some(3.0),
+        candidates: 1,
         mode: GuideMode::Latent,
         sampling: SamplingGuidance::default(),
         end_to_end: EndToEndGuidance::default(),
@@ -224,6 +226,7 @@ fn guided_sampling_run_records_its_trace() -> Result<()> {
         seed: 5,
         prior_steps: 6,
         guidance_scale: Some(3.0),
+        candidates: 1,
         mode: GuideMode::Sampling,
         sampling: SamplingGuidance {
             sigma_max: 1000.0,

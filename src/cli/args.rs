@@ -48,6 +48,11 @@ pub(super) struct GenerateArgs {
     /// Classifier-free guidance scale of the prior [default: the model's sampling.json, else 15]
     #[arg(long)]
     pub(crate) guidance_scale: Option<f64>,
+    /// Sample the prior, unguided, from this many noises (the seed's first) and go on from the one
+    /// whose sample the scoring CLIP rates highest on the held-aside views; report.json lists
+    /// every candidate's score. Each candidate costs one prior sample and one scoring.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) candidates: usize,
     /// Where CLIP guidance acts: sampling (inside the prior's sampler, gradients through the
     /// checkpointed prior), latent (optimizing the finished latent through the decoder), both,
     /// end-to-end (optimizing the sampler state --e2e-steps before the end through those steps),
@@ -179,6 +184,9 @@ impl GenerateArgs {
         if !(a.sampling_scale.is_finite() && a.sampling_scale >= 0.0) {
             bail!("--sampling-scale must be a number ≥ 0");
         }
+        if !(1..=64).contains(&a.candidates) {
+            bail!("--candidates must be within 1..=64 (1: the seed's own noise)");
+        }
         if a.sampling_recurrence == 0 {
             bail!("--sampling-recurrence must be at least 1 (1 takes each step once)");
         }
@@ -231,6 +239,7 @@ impl GenerateArgs {
             seed: a.seed,
             prior_steps: a.prior_steps,
             guidance_scale: a.guidance_scale,
+            candidates: a.candidates,
             mode: a.guide,
             sampling,
             end_to_end: EndToEndGuidance {

@@ -11,6 +11,7 @@ use super::context::Context;
 use super::progress::progress;
 use super::EXIT_OK;
 use crate::batch::parse_prompt_file;
+use crate::toy::fitted::Fitted;
 use crate::toy::split::held_out_split;
 use crate::toy::{caption, evaluate, EvalMode, EvalPlan};
 
@@ -32,6 +33,11 @@ pub(super) struct Eval {
         default_value = "prior,latent,sampling,both"
     )]
     modes: Vec<EvalMode>,
+    /// The toy world's fitted latents (its `latents.safetensors`): every export is then scored
+    /// beside the right object's best instance, to tell wrong runs the scorer prefers from wrong
+    /// runs the search did not get past.
+    #[arg(long, value_name = "FILE")]
+    reference_latents: Option<PathBuf>,
     /// Print JSON instead of markdown tables.
     #[arg(long)]
     json: bool,
@@ -52,11 +58,16 @@ impl Eval {
         bar.set_prefix("evaluating");
         let held_out = held_out_split(std::path::Path::new(&models.sources.shap_e))
             .map_err(|e| anyhow::anyhow!("reading the prior's held-out split: {e}"))?;
+        let fitted = match &self.reference_latents {
+            Some(path) => Some(Fitted::load(path, &device)?),
+            None => None,
+        };
         let plan = EvalPlan {
             prompts: &prompts,
             seeds: &seeds,
             modes: &self.modes,
             held_out: &held_out,
+            fitted: fitted.as_ref(),
         };
         let table = evaluate(&models, &plan, &run, &device, |p, seed| {
             bar.set_message(format!("{p} (seed {seed})"));
@@ -95,6 +106,10 @@ impl Eval {
             e.lr,
         );
         println!("{}", table.to_markdown());
+        if let Some(scorer) = table.scorer_markdown() {
+            println!("Wrong runs beside the right object (held-aside score of the export minus the best fitted instance's):\n");
+            println!("{scorer}");
+        }
         Ok(ExitCode::from(EXIT_OK))
     }
 }

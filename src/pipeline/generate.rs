@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 
+use super::candidates::{Chosen, NoiseChoice};
 use super::mesh::LatentField;
 use super::models::{Guided, Models};
 use super::report::{ExportMemory, Report, ReportSettings};
@@ -43,8 +44,25 @@ pub fn generate(
     let rng = Rng::new(s.seed);
 
     let judge = stages.run(stage::SCORING, || Judge::new(models, prompt, s))?;
+    let chosen = match s.candidates {
+        0 | 1 => None,
+        n => {
+            on_progress(Progress::Stage("sampling candidate noises", n));
+            let best = || models.best_noise(&judge.target, s, &rng, device);
+            Some(stages.run(stage::SAMPLING, best)?)
+        }
+    };
+    let rng = chosen.as_ref().map_or(rng, |c| c.rng.clone());
     let (z0, sampling, scored) = stages.run(stage::SAMPLING, || {
-        sample(models, &judge.target, s, &rng, device, &mut on_progress)
+        let chosen = chosen.as_ref();
+        sample(
+            models,
+            &judge.target,
+            s,
+            (&rng, chosen),
+            device,
+            &mut on_progress,
+        )
     })?;
     let before = match scored {
         Some(score) => score,
@@ -80,6 +98,7 @@ pub fn generate(
         files.extend(export.files.iter().cloned());
     }
     let outcome = Outcome {
+        noise: chosen.map(|c| c.choice),
         before,
         after,
         sampling,
@@ -109,14 +128,14 @@ fn export_mesh(
     }
 }
 
-/// The prior's sample of a run: guided through the prior or end to end through its last steps
-/// when the mode says so (with its trace, and its held-aside score when guidance computed it),
-/// else plain.
+/// The prior's sample of a run with root generator `rng`: guided through the prior or end to end
+/// through its last steps when the mode says so (with its trace, and its held-aside score when
+/// guidance computed it), else plain (the `chosen` candidate's sample, when there is one).
 fn sample(
     models: &Models,
     target: &Target,
     s: &RunSettings,
-    rng: &Rng,
+    (rng, chosen): (&Rng, Option<&Chosen>),
     device: &Device,
     on_progress: &mut impl FnMut(Progress),
 ) -> Result<(Tensor, SamplingTrace, Option<Score>)> {
@@ -130,6 +149,9 @@ fn sample(
         });
     }
     if !s.mode.guides_sampling() {
+        if let Some(c) = chosen {
+            return Ok((c.sample.clone(), SamplingTrace::default(), Some(c.score)));
+        }
         on_progress(Progress::Stage("sampling the prior", 0));
         return Ok((
             models.run_sample(target.prompt(), s, rng, device)?,
@@ -226,6 +248,7 @@ impl<'a> Judge<'a> {
 
 /// What a run produced, before it is written as a [`Report`].
 struct Outcome {
+    noise: Option<NoiseChoice>,
     before: Score,
     sampling: SamplingTrace,
     after: After,
@@ -253,6 +276,7 @@ impl Outcome {
             prompt: judge.prompt.to_string(),
             models: models.sources.clone(),
             settings: ReportSettings::resolved(s, models, device),
+            noise: self.noise,
             sampling: self.sampling,
             trace: self.guided.trace,
             start: self.guided.start,

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use candle_core::Device;
 use serde::Serialize;
 
+use super::candidates::NoiseChoice;
 use super::models::{ModelSources, Models};
 use super::settings::RunSettings;
 use crate::device::device_name;
@@ -177,6 +178,9 @@ pub struct Report {
     pub(crate) models: ModelSources,
     /// Seed, steps and other settings.
     pub settings: ReportSettings,
+    /// How the noise was chosen among `--candidates` (absent with one candidate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise: Option<NoiseChoice>,
     /// Guided sampling through the prior: σ, CLIP cosine, loss, clipped share and push of every
     /// guided sampler step, skipped steps (empty unless the mode guides the sampler).
     pub sampling: SamplingTrace,

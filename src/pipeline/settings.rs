@@ -14,6 +14,9 @@ pub struct RunSettings {
     pub prior_steps: usize,
     /// Prior guidance scale; `None`: the model's recommendation ([`crate::shap_e::SamplingDefaults`]).
     pub guidance_scale: Option<f64>,
+    /// Unguided samples from this many noises, the run going on from the one the scorer rates
+    /// highest on the held-aside views (1: the seed's noise, no choice).
+    pub candidates: usize,
     /// Which guidance stages run.
     pub mode: GuideMode,
     /// Guided sampling through the prior (used when [`GuideMode::guides_sampling`]).
@@ -41,6 +44,7 @@ impl RunSettings {
             seed: 0,
             prior_steps: 64,
             guidance_scale: None,
+            candidates: 1,
             mode: GuideMode::Latent,
             sampling: SamplingGuidance::default(),
             end_to_end: EndToEndGuidance::default(),

@@ -11,3 +11,5 @@ pub(crate) const PREVIEW: u64 = 4;
 pub(crate) const EXPLORE: u64 = 5;
 /// Guided sampling (cameras, backgrounds, crops of each guided sampler step).
 pub(crate) const SAMPLING: u64 = 6;
+/// Best of N noises: candidate `k ≥ 1`'s root generator is this stream's fork `k`.
+pub(crate) const CANDIDATES: u64 = 7;

@@ -16,7 +16,8 @@ use anyhow::Result;
 use candle_core::{Device, Tensor};
 
 use super::eval::{classify, EvalError};
-use super::report::{Attribution, EvalRecord, EvalTable, Verdict};
+use super::fitted::Fitted;
+use super::report::{Attribution, EvalRecord, EvalTable, ScorerCheck, Verdict};
 use super::world::{Colour, Shape};
 use crate::autodiff::rng::Rng;
 use crate::guide::error::GuideError;
@@ -102,6 +103,8 @@ pub(crate) struct EvalPlan<'a> {
     pub(crate) modes: &'a [EvalMode],
     /// The combinations the prior did not train on ([`super::world::held_out_split`]).
     pub(crate) held_out: &'a [(Shape, Colour)],
+    /// The world's fitted latents, to score every export beside the right object ([`ScorerCheck`]).
+    pub(crate) fitted: Option<&'a Fitted>,
 }
 
 /// Evaluates every prompt of `plan` at every seed in every mode, with the common settings `s`;
@@ -120,7 +123,10 @@ pub(crate) fn evaluate(
             continue;
         };
         let held_out = plan.held_out.contains(&expected);
-        let run = PromptRun::new(models, prompt, (expected, held_out), s, device)?;
+        let mut run = PromptRun::new(models, prompt, (expected, held_out), s, device)?;
+        if let Some(fitted) = plan.fitted {
+            run.right_object = Some(run.best_score(&fitted.instances(expected.0, expected.1)?)?);
+        }
         for &seed in plan.seeds {
             on_item(prompt, seed);
             run.seed(seed, plan.modes, &mut table)?;
@@ -136,6 +142,8 @@ struct PromptRun<'a> {
     expected: (Shape, Colour),
     held_out: bool,
     target: Target,
+    /// The held-aside score of the right object's best fitted instance, when known.
+    right_object: Option<f32>,
     s: &'a RunSettings,
     device: &'a Device,
 }
@@ -203,9 +211,19 @@ impl<'a> PromptRun<'a> {
             expected,
             held_out,
             target,
+            right_object: None,
             s,
             device,
         })
+    }
+
+    /// The best held-aside score among `latents` `(n, rows, d)`.
+    fn best_score(&self, latents: &Tensor) -> Result<f32> {
+        let mut best = f32::NEG_INFINITY;
+        for i in 0..latents.dim(0)? {
+            best = best.max(self.score(&latents.narrow(0, i, 1)?)?.score);
+        }
+        Ok(best)
     }
 
     /// The verdict on `z`'s mesh ([`judge`]).
@@ -226,28 +244,35 @@ impl<'a> PromptRun<'a> {
         )?)
     }
 
-    /// Every mode at `seed`, pushed onto `table`.
+    /// Every mode at `seed`, pushed onto `table`. The prior mode is the seed's own unguided
+    /// sample; the guided modes start from the best of `s.candidates` noises (the seed's own
+    /// with one), their seconds including the choice.
     fn seed(&self, seed: u64, modes: &[EvalMode], table: &mut EvalTable) -> Result<()> {
-        let rng = Rng::new(seed);
+        let root = Rng::new(seed);
         let t = Instant::now();
         let z0 = self
             .models
-            .run_sample(self.prompt, self.s, &rng, self.device)?;
+            .run_sample(self.prompt, self.s, &root, self.device)?;
         let prior = Judged {
             verdict: self.judge(&z0),
             latent: z0,
             seconds: t.elapsed().as_secs_f64(),
         };
         let prior_score = self.score(&prior.latent)?;
+        let chosen = self.chosen_noise(&root)?;
+        let (rng, start, start_score, choice_seconds) = match &chosen {
+            Some((rng, judged, score)) => (rng, judged, *score, judged.seconds),
+            None => (&root, &prior, prior_score, 0.0),
+        };
         let guides = |m: &EvalMode| matches!(m, EvalMode::Sampling | EvalMode::Both);
         let sampled = match modes.iter().any(guides) {
-            true => Some(self.sampling_run(&rng)?),
+            true => Some(self.sampling_run(rng, choice_seconds)?),
             false => None,
         };
         // A run whose guidance stopped: its failed verdict, attributed to its start.
-        let stopped = |mode, (start, from): (&str, &Judged), (verdict, seconds): (Verdict, f64)| {
+        let stopped = |mode, (name, from): (&str, &Judged), (verdict, seconds): (Verdict, f64)| {
             let attribution = Attribution {
-                start: start.into(),
+                start: name.into(),
                 start_verdict: from.verdict.clone(),
                 scores: None,
                 export_step: None,
@@ -255,18 +280,20 @@ impl<'a> PromptRun<'a> {
             };
             self.record(mode, seed, verdict, Some(attribution), seconds)
         };
-        let (from_prior, unguided) = (("prior sample", &prior), ("unguided sample", &prior));
+        let (from_prior, unguided) = (("prior sample", start), ("unguided sample", start));
         for &mode in modes {
             let record = match mode {
                 EvalMode::Prior => {
-                    self.record(mode, seed, prior.verdict.clone(), None, prior.seconds)
+                    let record =
+                        self.record(mode, seed, prior.verdict.clone(), None, prior.seconds);
+                    self.checked(record, prior_score.score)
                 }
                 EvalMode::Latent | EvalMode::Explore => {
-                    let run = self.latent_run(mode, seed, &rng, &prior, prior_score, from_prior.0);
+                    let run = self.latent_run(mode, seed, rng, start, start_score, from_prior.0);
                     run?.unwrap_or_else(|f| stopped(mode, from_prior, f))
                 }
                 EvalMode::EndToEnd => self
-                    .end_to_end_run(seed, &rng, &prior, prior_score)?
+                    .end_to_end_run(seed, rng, (start, start_score), choice_seconds)?
                     .unwrap_or_else(|f| stopped(mode, unguided, f)),
                 EvalMode::Sampling | EvalMode::Both => {
                     let guided = match sampled.as_ref() {
@@ -280,18 +307,19 @@ impl<'a> PromptRun<'a> {
                     if mode == EvalMode::Sampling {
                         let score = self.score(&guided.latent)?;
                         let attribution = Attribution {
-                            start: "unguided sample".into(),
-                            start_verdict: prior.verdict.clone(),
-                            scores: Some([prior_score.score, score.score]),
+                            start: unguided.0.into(),
+                            start_verdict: start.verdict.clone(),
+                            scores: Some([start_score.score, score.score]),
                             export_step: None,
-                            moved: !same_values(&prior.latent, &guided.latent)?,
+                            moved: !same_values(&start.latent, &guided.latent)?,
                         };
                         let v = guided.verdict.clone();
-                        self.record(mode, seed, v, Some(attribution), guided.seconds)
+                        let record = self.record(mode, seed, v, Some(attribution), guided.seconds);
+                        self.checked(record, score.score)
                     } else {
                         let start_score = self.score(&guided.latent)?;
                         let from_guided = ("guided sample", guided);
-                        self.latent_run(mode, seed, &rng, guided, start_score, from_guided.0)?
+                        self.latent_run(mode, seed, rng, guided, start_score, from_guided.0)?
                             .unwrap_or_else(|f| stopped(mode, from_guided, f))
                     }
                 }
@@ -301,29 +329,51 @@ impl<'a> PromptRun<'a> {
         Ok(())
     }
 
+    /// With more than one candidate, the best noise of the run with root generator `root`
+    /// ([`Models::best_noise`]): its root generator, its judged unguided sample (the seconds of
+    /// the whole choice) and that sample's held-aside score.
+    fn chosen_noise(&self, root: &Rng) -> Result<Option<(Rng, Judged, Score)>> {
+        if self.s.candidates <= 1 {
+            return Ok(None);
+        }
+        let t = Instant::now();
+        let c = self
+            .models
+            .best_noise(&self.target, self.s, root, self.device)?;
+        let judged = Judged {
+            verdict: self.judge(&c.sample),
+            latent: c.sample,
+            seconds: t.elapsed().as_secs_f64(),
+        };
+        Ok(Some((c.rng, judged, c.score)))
+    }
+
     /// The guided sample of this prompt at the root generator `rng`, judged; or, when guidance
     /// stopped on a non-finite loss, the failed verdict and the seconds it ran.
-    fn sampling_run(&self, rng: &Rng) -> Result<Stoppable<Judged>> {
+    fn sampling_run(&self, rng: &Rng, seconds_before: f64) -> Result<Stoppable<Judged>> {
         let t = Instant::now();
         let s = EvalMode::Sampling.settings(self.s);
         let guided = self
             .models
             .guided_sample(&self.target, &s, rng, self.device, |_, _| {});
-        Ok(stopped(guided, self.prompt, t)?.map(|(z, _)| Judged {
-            verdict: self.judge(&z),
-            latent: z,
-            seconds: t.elapsed().as_secs_f64(),
-        }))
+        Ok(stopped(guided, self.prompt, t)?
+            .map(|(z, _)| Judged {
+                verdict: self.judge(&z),
+                latent: z,
+                seconds: seconds_before + t.elapsed().as_secs_f64(),
+            })
+            .map_err(|(verdict, seconds)| (verdict, seconds_before + seconds)))
     }
 
     /// End-to-end guidance of this prompt at the root generator `rng`, judged, attributed to the
-    /// unguided sample `prior` (held-aside score `prior_score`) from the same noise.
+    /// unguided sample `prior` (held-aside score `prior_score`) from the same noise; its seconds
+    /// include `seconds_before` (the choice of that noise).
     fn end_to_end_run(
         &self,
         seed: u64,
         rng: &Rng,
-        prior: &Judged,
-        prior_score: Score,
+        (prior, prior_score): (&Judged, Score),
+        seconds_before: f64,
     ) -> Result<Stoppable<EvalRecord>> {
         let t = Instant::now();
         let s = EvalMode::EndToEnd.settings(self.s);
@@ -332,9 +382,9 @@ impl<'a> PromptRun<'a> {
             .end_to_end_sample(&self.target, &s, rng, self.device, |_, _| {});
         let (z, scored) = match stopped(guided, self.prompt, t)? {
             Ok((z, _, scored)) => (z, scored),
-            Err(failed) => return Ok(Err(failed)),
+            Err((verdict, seconds)) => return Ok(Err((verdict, seconds_before + seconds))),
         };
-        let seconds = t.elapsed().as_secs_f64();
+        let seconds = seconds_before + t.elapsed().as_secs_f64();
         let score = match scored {
             Some(score) => score,
             None => self.score(&z)?,
@@ -347,13 +397,14 @@ impl<'a> PromptRun<'a> {
             moved: !same_values(&prior.latent, &z)?,
         };
         let verdict = self.judge(&z);
-        Ok(Ok(self.record(
+        let record = self.record(
             EvalMode::EndToEnd,
             seed,
             verdict,
             Some(attribution),
             seconds,
-        )))
+        );
+        Ok(Ok(self.checked(record, score.score)))
     }
 
     /// The latent optimization of `mode` from `from` (held-aside score `from_score`), judged with
@@ -383,13 +434,11 @@ impl<'a> PromptRun<'a> {
         let seconds = from.seconds + t.elapsed().as_secs_f64();
         let export = self.judge(&guided.latent);
         let attribution = self.latent_attribution(&guided, from, from_name)?;
-        Ok(Ok(self.record(
-            mode,
-            seed,
-            export,
-            Some(attribution),
-            seconds,
-        )))
+        let record = self.record(mode, seed, export, Some(attribution), seconds);
+        match self.right_object {
+            Some(_) => Ok(Ok(self.checked(record, self.score(&guided.latent)?.score))),
+            None => Ok(Ok(record)),
+        }
     }
 
     /// Where the latent stage of `guided` started (the sampler's output `from`, or an
@@ -424,6 +473,16 @@ impl<'a> PromptRun<'a> {
         })
     }
 
+    /// `record` with the scorer's check of its export (held-aside score `export`), when the right
+    /// object's score is known.
+    fn checked(&self, mut record: EvalRecord, export: f32) -> EvalRecord {
+        record.scorer = self.right_object.map(|right_object| ScorerCheck {
+            export,
+            right_object,
+        });
+        record
+    }
+
     fn record(
         &self,
         mode: EvalMode,
@@ -442,6 +501,7 @@ impl<'a> PromptRun<'a> {
             held_out: self.held_out,
             export,
             attribution,
+            scorer: None,
             seconds,
         }
     }

@@ -8,6 +8,7 @@
 //! * [`eval`]: [`classify`] a mesh by volumetric IoU against each shape and by mean colour;
 //! * [`report`]: [`EvalTable`](report::EvalTable), per-run verdicts with their attribution, per mode and split;
 //! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding;
+//! * [`fitted`]: a world's fitted latents, by combination;
 //! * [`factors`]: the size, yaw and shade factors that structured instance codes weight;
 //! * [`render`]: decoder-like volume renders of analytic objects;
 //! * [`blend`]: objects between two shapes, the scoring CLIP's hard negatives;
@@ -27,6 +28,7 @@ pub(crate) mod caption;
 pub(crate) mod eval;
 pub(crate) mod factors;
 pub(crate) mod fit_decoder;
+pub(crate) mod fitted;
 pub mod probe;
 pub mod random;
 pub(crate) mod render;

@@ -75,6 +75,25 @@ pub(crate) struct Attribution {
     pub(crate) moved: bool,
 }
 
+/// The scorer's side of a run: its held-aside score of the export and of the right object (the
+/// best of the world's fitted instances of the prompt's combination). A wrong export scored at or
+/// above the right object is one the scorer cannot reject; one scored below it is one the search
+/// did not get past.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ScorerCheck {
+    /// Held-aside score of the export.
+    pub(crate) export: f32,
+    /// Held-aside score of the right object's best fitted instance.
+    pub(crate) right_object: f32,
+}
+
+impl ScorerCheck {
+    /// Whether the scorer ranks the export at or above the right object.
+    pub(crate) fn prefers_export(&self) -> bool {
+        self.export >= self.right_object
+    }
+}
+
 /// One evaluated run: a prompt, a seed and a mode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct EvalRecord {
@@ -95,6 +114,9 @@ pub(crate) struct EvalRecord {
     /// The guided stage's start and what it did, for guided modes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) attribution: Option<Attribution>,
+    /// The export's score beside the right object's, when the world's fitted latents were given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) scorer: Option<ScorerCheck>,
     /// Seconds this run took (the prior's sample included).
     pub(crate) seconds: f64,
 }
@@ -190,6 +212,12 @@ pub(crate) struct SplitSummary {
     pub(crate) mean_gain: Option<f64>,
     /// Mean seconds per run.
     pub(crate) seconds_per_run: Option<f64>,
+    /// Wrong runs with a [`ScorerCheck`].
+    pub(crate) wrong_checked: usize,
+    /// Of those, the runs whose export the scorer ranks at or above the right object.
+    pub(crate) wrong_preferred: usize,
+    /// Mean score of the export minus the right object's over the checked wrong runs.
+    pub(crate) wrong_margin: Option<f64>,
 }
 
 /// Per-run records of every mode and their aggregates.
@@ -308,6 +336,31 @@ impl EvalTable {
         out
     }
 
+    /// Where the wrong runs stand with the scorer, a row per mode (`None` without scorer checks).
+    pub(crate) fn scorer_markdown(&self) -> Option<String> {
+        if self.records.iter().all(|r| r.scorer.is_none()) {
+            return None;
+        }
+        let summary = self.summary();
+        let mut out = String::from(
+            "| mode | held-out wrong runs scored ≥ right object | mean margin | seen wrong runs scored ≥ right object | mean margin |\n\
+             |---|---|---|---|---|\n",
+        );
+        for mode in self.modes() {
+            let ModeSummary { seen, held_out } = summary[&mode];
+            out.push_str(&format!(
+                "| {mode} | {}/{} | {} | {}/{} | {} |\n",
+                held_out.wrong_preferred,
+                held_out.wrong_checked,
+                num(held_out.wrong_margin, 3),
+                seen.wrong_preferred,
+                seen.wrong_checked,
+                num(seen.wrong_margin, 3),
+            ));
+        }
+        Some(out)
+    }
+
     /// The summary and every record as pretty JSON.
     pub(crate) fn to_json(&self) -> serde_json::Result<String> {
         #[derive(Serialize)]
@@ -354,6 +407,12 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 fn summarise(records: Vec<&EvalRecord>) -> SplitSummary {
     let count = |f: &dyn Fn(&EvalRecord) -> bool| records.iter().filter(|r| f(r)).count();
     let judged = || records.iter().filter(|r| r.export.components.is_some());
+    let wrong_checks = || {
+        records
+            .iter()
+            .filter(|r| !r.right())
+            .filter_map(|r| r.scorer)
+    };
     let mut by_object: BTreeMap<(Shape, Colour), (usize, usize)> = BTreeMap::new();
     for r in &records {
         let e = by_object
@@ -382,6 +441,9 @@ fn summarise(records: Vec<&EvalRecord>) -> SplitSummary {
             Some(f64::from(export - start))
         })),
         seconds_per_run: mean(records.iter().map(|r| r.seconds)),
+        wrong_checked: wrong_checks().count(),
+        wrong_preferred: wrong_checks().filter(|c| c.prefers_export()).count(),
+        wrong_margin: mean(wrong_checks().map(|c| f64::from(c.export - c.right_object))),
     }
 }
 
@@ -430,6 +492,7 @@ mod tests {
                 export_step: Some(5),
             }),
             export,
+            scorer: None,
             seconds: 2.0,
         }
     }
@@ -497,6 +560,47 @@ mod tests {
             "cube"
         );
         assert!(EvalTable::expected("a wooden chair").is_err());
+    }
+
+    /// Only wrong runs with a check count; an export scored at the right object's score counts as
+    /// preferred; the table appears only with checks.
+    #[test]
+    fn counts_wrong_runs_the_scorer_prefers() {
+        let mut t = EvalTable::new();
+        let sphere = verdict(Shape::Sphere, Colour::Green);
+        let cone = verdict(Shape::Cone, Colour::Green);
+        t.push(record("a green sphere", "sampling", 0, cone.clone(), None));
+        assert!(t.scorer_markdown().is_none());
+        t.records[0].scorer = Some(ScorerCheck {
+            export: 0.7,
+            right_object: 0.7,
+        });
+        let checks = [
+            (cone.clone(), 0.5, 0.8),
+            (sphere, 0.9, 0.8),
+            (cone, 0.6, 0.8),
+        ];
+        for (seed, (export, e, r)) in (1..).zip(checks) {
+            let mut rec = record("a green sphere", "sampling", seed, export, None);
+            rec.scorer = Some(ScorerCheck {
+                export: e,
+                right_object: r,
+            });
+            t.push(rec);
+        }
+        t.push(record(
+            "a green sphere",
+            "sampling",
+            9,
+            verdict(Shape::Cube, Colour::Green),
+            None,
+        ));
+        let s = t.summary()["sampling"].held_out;
+        assert_eq!((s.wrong_preferred, s.wrong_checked), (1, 3));
+        let margin = s.wrong_margin.unwrap();
+        assert!((margin - (-0.5 / 3.0)).abs() < 1e-6, "{margin}");
+        let md = t.scorer_markdown().unwrap();
+        assert!(md.contains("| sampling | 1/3 | -0.167 | 0/0 | – |"), "{md}");
     }
 
     /// Wilson's interval for 6 of 6 has the lower bound near 61 % and for 0 of 1 the upper near 79 %.

@@ -29,6 +29,7 @@ use crate::guide::{held_aside_images, GuideSettings};
 use crate::pipeline::extract_mesh;
 use crate::pipeline::{Models, RunSettings};
 use crate::toy::blend::Blend;
+use crate::toy::fitted::Fitted;
 use crate::toy::render::{random_camera, render_object, DensityModel};
 use crate::toy::split::held_out_split;
 use crate::toy::{
@@ -240,17 +241,8 @@ pub fn diagnose(args: &[String]) -> Result<()> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/toy"));
     let models = Models::load(&root.join("shap_e"), &root.join("clip"), &dev)?;
-    let all = candle_core::safetensors::load(root.join("latents.safetensors"), &dev)?
-        .remove("latent")
-        .ok_or_else(|| anyhow::anyhow!("no latent"))?;
+    let Fitted { all, per_combo } = Fitted::load(&root.join("latents.safetensors"), &dev)?;
     let combos = combinations();
-    let per_combo = all.dim(0)? / combos.len();
-    anyhow::ensure!(
-        per_combo > 0 && all.dim(0)? % combos.len() == 0,
-        "{} latents for {} combinations",
-        all.dim(0)?,
-        combos.len()
-    );
     if args.iter().any(|a| a == "--seed-spread") {
         text_separation(&models, &dev)?;
         return seed_spread(&models, &all, per_combo, seeds, &dev);
