@@ -41,12 +41,14 @@ pub(crate) fn candidate_rng(rng: &Rng, k: usize) -> Rng {
 impl Models {
     /// The best of `s.candidates` (at least one) unguided samples of `target`'s prompt by
     /// held-aside score; candidate `k` is the run with root generator [`candidate_rng`]`(rng, k)`.
+    /// `on_candidate(k, cosine)` reports each candidate once scored.
     pub(crate) fn best_noise(
         &self,
         target: &Target,
         s: &RunSettings,
         rng: &Rng,
         device: &Device,
+        mut on_candidate: impl FnMut(usize, f32),
     ) -> Result<Chosen> {
         let side = s.guide.eval_side(self.scorer.image_size());
         let mut best: Option<Chosen> = None;
@@ -56,6 +58,7 @@ impl Models {
             let sample = self.run_sample(target.prompt(), s, &rng, device)?;
             let score = guide::score(&self.shap_e.decoder, &self.scorer, target, &sample, side)?;
             scores.push(score.score);
+            on_candidate(k, score.cosine);
             if best.as_ref().is_none_or(|b| score.score > b.score.score) {
                 let choice = NoiseChoice {
                     scores: vec![],

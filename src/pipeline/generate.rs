@@ -48,7 +48,8 @@ pub fn generate(
         0 | 1 => None,
         n => {
             on_progress(Progress::Stage("sampling candidate noises", n));
-            let best = || models.best_noise(&judge.target, s, &rng, device);
+            let on_candidate = |k, c| on_progress(Progress::Step(k, c));
+            let best = || models.best_noise(&judge.target, s, &rng, device, on_candidate);
             Some(stages.run(stage::SAMPLING, best)?)
         }
     };

@@ -339,7 +339,7 @@ impl<'a> PromptRun<'a> {
         let t = Instant::now();
         let c = self
             .models
-            .best_noise(&self.target, self.s, root, self.device)?;
+            .best_noise(&self.target, self.s, root, self.device, |_, _| {})?;
         let judged = Judged {
             verdict: self.judge(&c.sample),
             latent: c.sample,
