@@ -51,7 +51,7 @@ impl Models {
         mut on_candidate: impl FnMut(usize, f32),
     ) -> Result<Chosen> {
         let side = s.guide.eval_side(self.scorer.image_size());
-        let mut best: Option<Chosen> = None;
+        let mut best: Option<(usize, Rng, Tensor, Score)> = None;
         let mut scores = Vec::with_capacity(s.candidates);
         for k in 0..s.candidates.max(1) {
             let rng = candidate_rng(rng, k);
@@ -59,21 +59,17 @@ impl Models {
             let score = guide::score(&self.shap_e.decoder, &self.scorer, target, &sample, side)?;
             scores.push(score.score);
             on_candidate(k, score.cosine);
-            if best.as_ref().is_none_or(|b| score.score > b.score.score) {
-                let choice = NoiseChoice {
-                    scores: vec![],
-                    chosen: k,
-                };
-                best = Some(Chosen {
-                    rng,
-                    sample,
-                    score,
-                    choice,
-                });
+            if best.as_ref().is_none_or(|b| score.score > b.3.score) {
+                best = Some((k, rng, sample, score));
             }
         }
-        let mut best = best.ok_or_else(|| anyhow::anyhow!("no candidate noise (bug)"))?;
-        best.choice.scores = scores;
-        Ok(best)
+        let (chosen, rng, sample, score) =
+            best.ok_or_else(|| anyhow::anyhow!("no candidate noise (bug)"))?;
+        Ok(Chosen {
+            rng,
+            sample,
+            score,
+            choice: NoiseChoice { scores, chosen },
+        })
     }
 }
