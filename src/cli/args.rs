@@ -8,8 +8,8 @@ use clap::Args as ClapArgs;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::memory::parse_bytes;
 use crate::guide::{
-    ChainTarget, EndToEndGuidance, Explore, GuideMode, GuideSettings, Recurrence, SamplingGuidance,
-    AUTO_RESOLUTION_MAX,
+    ChainTarget, EndToEndGuidance, Explore, GuideMode, GuideSettings, Recurrence, SamplingGradient,
+    SamplingGuidance, AUTO_RESOLUTION_MAX,
 };
 use crate::mesh::Format;
 use crate::models::ModelSpec;
@@ -66,6 +66,11 @@ pub(super) struct GenerateArgs {
     /// Guided sampling acts on the sampler steps whose noise level σ is within MAX:MIN.
     #[arg(long, default_value = "20:0.2", value_parser = parse_sigma_window)]
     pub(crate) sampling_sigmas: (f32, f32),
+    /// The gradient guided sampling follows: prior (through the checkpointed prior's transformer
+    /// to the sampler state) or prediction (at the prior's x0 prediction, no backward through the
+    /// prior: cheaper, and the control that shows what the prior's Jacobian adds).
+    #[arg(long, default_value_t = SamplingGuidance::default().gradient)]
+    pub(crate) sampling_gradient: SamplingGradient,
     /// Guided sampling's self-recurrence: each guided step whose σ is within
     /// --recurrence-sigmas is taken this many times, the state re-noised back to the step's σ
     /// in between (1: off).
@@ -211,6 +216,7 @@ impl GenerateArgs {
             sigma_max: a.sampling_sigmas.0,
             sigma_min: a.sampling_sigmas.1,
             prior_policy,
+            gradient: a.sampling_gradient,
             recurrence: Recurrence {
                 times: a.sampling_recurrence,
                 sigma_max: a.recurrence_sigmas.0,

@@ -11,6 +11,7 @@ use super::context::Context;
 use super::progress::progress;
 use super::EXIT_OK;
 use crate::batch::parse_prompt_file;
+use crate::guide::SamplingGradient;
 use crate::toy::fitted::Fitted;
 use crate::toy::split::held_out_split;
 use crate::toy::{caption, evaluate, EvalMode, EvalPlan};
@@ -86,15 +87,18 @@ impl Eval {
         println!("Negatives: {negatives}");
         println!("Held out of the prior: {}", held.join(", "));
         let (e, r) = (&run.end_to_end, &run.sampling.recurrence);
-        let recurrence = match r.times {
+        let mut extras = match r.times {
             1 => String::new(),
             k => format!(
                 ", each step in σ {}..{} taken {k} times",
                 r.sigma_max, r.sigma_min
             ),
         };
+        if run.sampling.gradient == SamplingGradient::Prediction {
+            extras.push_str(", the prediction's gradient (not through the prior)");
+        }
         println!(
-            "Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}{recurrence}; \
+            "Seeds: {seeds:?}; latent stage {} steps; guided sampling scale {}, σ {}..{}{extras}; \
              end-to-end {} ({} steps, {} iterations, lr {})\n",
             run.guide.steps,
             run.sampling.scale,

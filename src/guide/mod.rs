@@ -34,7 +34,7 @@ pub(crate) use objective::ViewLoss;
 pub(crate) use optimize::optimize;
 pub use optimize::GuideTrace;
 pub(crate) use sampling::guided_sample;
-pub use sampling::{GuidedStep, Recurrence, SamplingGuidance, SamplingTrace};
+pub use sampling::{GuidedStep, Recurrence, SamplingGradient, SamplingGuidance, SamplingTrace};
 pub use settings::GuideSettings;
 pub(crate) use settings::AUTO_RESOLUTION_MAX;
 pub(crate) use start::choose_start;

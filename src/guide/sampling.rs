@@ -20,6 +20,15 @@
 //! back to σᵢ, `x ← x + sqrt(σᵢ² − σᵢ₊₁²)·ε` with fresh noise, and the step is redone with fresh
 //! views. The guidance then acts `K` times at that noise level while the prior's denoising pulls
 //! each edit back toward what it produces. `K = 1` is the sampler above, bit for bit.
+//!
+//! **The prediction's gradient** ([`SamplingGradient::Prediction`]): the control arm that
+//! isolates what the prior's Jacobian adds. `g` is replaced by `∇_D L(D)`, the gradient at the
+//! x0 prediction itself (manifold-preserving guidance's update without a projection): `D` is
+//! computed without a graph and nothing is backpropagated through the prior. The push above is
+//! then the same as moving `D` by `−η · rms(x_i − D) · g / rms(g)` before the Euler step.
+
+use std::fmt;
+use std::str::FromStr;
 
 use candle_core::{Result, Tensor, Var};
 
@@ -46,6 +55,38 @@ pub struct SamplingGuidance {
     pub max_bad_steps: usize,
     /// How often each guided step inside its σ window is taken (see the module docs).
     pub recurrence: Recurrence,
+    /// Which gradient moves the state (see the module docs).
+    pub gradient: SamplingGradient,
+}
+
+/// The gradient that guided sampling follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SamplingGradient {
+    /// `∇ₓ L(D(x; σ))`: through the prior's transformer to the sampler state.
+    Prior,
+    /// `∇_D L(D)`: at the x0 prediction, with no backward through the prior.
+    Prediction,
+}
+
+impl FromStr for SamplingGradient {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "prior" => Ok(Self::Prior),
+            "prediction" => Ok(Self::Prediction),
+            _ => Err(format!("unknown gradient {s:?} (prior, prediction)")),
+        }
+    }
+}
+
+impl fmt::Display for SamplingGradient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Prior => "prior",
+            Self::Prediction => "prediction",
+        })
+    }
 }
 
 /// Self-recurrence: how many times a guided step is taken, and at which noise levels.
@@ -78,6 +119,7 @@ impl Default for SamplingGuidance {
             prior_policy: Policy::BLOCKS,
             max_bad_steps: 5,
             recurrence: Recurrence::default(),
+            gradient: SamplingGradient::Prior,
         }
     }
 }
@@ -252,8 +294,19 @@ fn guide_step(
     rng: &mut Rng,
 ) -> Result<Guided> {
     let (sigma, sigma_next) = sched.step_sigmas();
-    let state = Var::from_tensor(x)?;
-    let d = denoiser.x0(sched, state.as_tensor(), &g.prior_policy)?;
+    // The gradient is taken with respect to `wrt`: the state, or the prediction itself.
+    let (wrt, d) = match g.gradient {
+        SamplingGradient::Prior => {
+            let state = Var::from_tensor(x)?;
+            let d = denoiser.x0(sched, state.as_tensor(), &g.prior_policy)?;
+            (state, d)
+        }
+        SamplingGradient::Prediction => {
+            let d = Var::from_tensor(&denoiser.x0(sched, x, &Policy::None)?)?;
+            let t = d.as_tensor().clone();
+            (d, t)
+        }
+    };
     let clipped = d.clamp(-1f32, 1f32)?;
     let outside = d.abs()?.gt(1f64)?.to_dtype(candle_core::DType::F32)?;
     let clipped_share = outside.mean_all()?.to_scalar::<f32>()?;
@@ -263,7 +316,7 @@ fn guide_step(
     let (l_value, cosine) = (l.to_scalar::<f32>()?, cosine.to_scalar::<f32>()?);
     let grads = l.backward()?;
     let x0 = d.detach();
-    let Some(grad) = grads.get(&state) else {
+    let Some(grad) = grads.get(&wrt) else {
         candle_core::bail!("the view loss does not depend on the sampler state (bug)");
     };
     let grad_rms = rms(grad)?;
