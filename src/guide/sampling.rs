@@ -279,13 +279,13 @@ fn renoise(x: &Tensor, sigma: f32, sigma_next: f32, rng: &mut Rng) -> Result<Ten
 
 /// The x0 prediction of one guided evaluation (no graph) and, when the loss and gradient are
 /// finite, the displacement to subtract once the Heun step is complete, with its record.
-struct Guided {
-    x0: Tensor,
-    push: Option<(Tensor, GuidedStep)>,
+pub(crate) struct Guided {
+    pub(crate) x0: Tensor,
+    pub(crate) push: Option<(Tensor, GuidedStep)>,
 }
 
 /// One guided evaluation at the state `x` (see the module docs).
-fn guide_step(
+pub(crate) fn guide_step(
     denoiser: &Denoiser,
     sched: &HeunDiscreteScheduler,
     x: &Tensor,

@@ -214,7 +214,7 @@ impl Models {
 
     /// The prior's sampling run for `target`'s prompt with settings `s`, and its starting noise
     /// (stream [`stream::PRIOR`] of `rng`, as [`Self::run_sample`] draws it).
-    fn sampling_run(
+    pub(crate) fn sampling_run(
         &self,
         target: &Target,
         s: &RunSettings,
@@ -235,7 +235,7 @@ impl Models {
     }
 
     /// The view loss of `target` at sampler step `step` of `s.prior_steps`: `(loss, cosine)`.
-    fn view_loss<'a>(
+    pub(crate) fn view_loss<'a>(
         &'a self,
         target: &'a Target,
         s: &'a RunSettings,

@@ -466,3 +466,61 @@ fn best_noise_keeps_the_best_scored_candidate() -> anyhow::Result<()> {
     assert!(same_values(&one.sample, &samples[0])?);
     Ok(())
 }
+
+/// The prediction's gradient is the view loss's gradient at the clipped x0 prediction, with no
+/// backward through the prior: one guided step pushes the state along it, normalised like the
+/// gradient through the prior (which points elsewhere); a whole run along it raises the
+/// held-aside score over the unguided sample.
+#[test]
+fn the_prediction_gradient_is_taken_at_the_prediction() -> anyhow::Result<()> {
+    use crate::autodiff::checkpoint::Policy;
+    use crate::guide::latent_loss::rms;
+    use crate::guide::sampling::guide_step;
+    use crate::guide::SamplingGradient;
+    use crate::shap_e::Denoiser;
+    let g = GreenSphere::new(crate::guide::GuideMode::Sampling);
+    let dev = Device::Cpu;
+    let (run, noise) = g.m.sampling_run(&g.target, &g.run, &g.rng, &dev)?;
+    let denoiser = Denoiser::new(run.prior, &run.text_embeds, run.guidance_scale)?;
+    let at = |i| run.sched.at_step(i).expect("a step of the schedule");
+    let step = (0..g.run.prior_steps)
+        .find(|&i| at(i).step_sigmas().0 < 5.0)
+        .expect("no step below σ 5");
+    let sched = at(step);
+    let (sigma, sigma_next) = sched.step_sigmas();
+    assert!(g.run.sampling.guides(sigma, sigma_next), "σ {sigma}");
+    // A state at σ: the run's noise at that level (init_noise_sigma is σ_max).
+    let x0 = denoiser.initial_state(&run.sched, &noise)?;
+    let x = (x0 * (sigma / run.sched.init_noise_sigma()) as f64)?;
+    let loss = g.m.view_loss(&g.target, &g.run);
+    let push = |gradient| -> anyhow::Result<Tensor> {
+        let mut s = g.run.sampling.clone();
+        s.gradient = gradient;
+        let guided = guide_step(&denoiser, &sched, &x, &s, &loss, &mut Rng::new(5))?;
+        Ok(guided.push.expect("a finite step").0)
+    };
+    let (along, through) = (
+        push(SamplingGradient::Prediction)?,
+        push(SamplingGradient::Prior)?,
+    );
+    let d = denoiser.x0(&sched, &x, &Policy::None)?.clamp(-1f32, 1f32)?;
+    let v = candle_core::Var::from_tensor(&d)?;
+    let (l, _) = loss(v.as_tensor(), step, &mut Rng::new(5))?;
+    let grad = l.backward()?.get(&v).expect("a gradient").clone();
+    let cos = |a: &Tensor, b: &Tensor| -> anyhow::Result<f64> {
+        let dot = (a * b)?.sum_all()?.to_scalar::<f32>()? as f64;
+        let n = a.elem_count() as f64;
+        Ok(dot / (n * rms(a)? * rms(b)?))
+    };
+    assert!(cos(&along, &grad)? > 0.9999, "{}", cos(&along, &grad)?);
+    assert!(cos(&through, &grad)? < 0.99, "{}", cos(&through, &grad)?);
+    let (a, t) = (rms(&along)?, rms(&through)?);
+    assert!((a - t).abs() < 1e-4 * t, "push RMS {a} and {t}");
+    let mut along_run = g.run.clone();
+    along_run.sampling.gradient = SamplingGradient::Prediction;
+    let (guided, trace) =
+        g.m.guided_sample(&g.target, &along_run, &g.rng, &dev, |_, _| {})?;
+    assert!(!trace.steps.is_empty() && trace.skipped == 0, "{trace:?}");
+    g.assert_raises_the_held_aside_score(&guided);
+    Ok(())
+}
