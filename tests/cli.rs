@@ -369,11 +369,14 @@ fn batch_resumes_after_a_kill_and_reports_bad_lines() {
 }
 
 /// `eval` runs every default mode on toy captions and prints one table, a row per mode, with the
-/// negatives and the held-out split it used; with the world's fitted latents, a second table
-/// sets the wrong runs beside the right object.
+/// negatives, the held-out split and the gradient it used; with the world's fitted latents, a
+/// second table sets the wrong runs beside the right object; `--records` writes every run's
+/// record beside the tables.
 #[test]
 fn eval_prints_one_table_of_modes() {
     let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/toy-heldout.txt");
+    let d = tempfile::tempdir().unwrap();
+    let records = d.path().join("records.json");
     let o = clipsculpt(
         &[
             "-q",
@@ -396,12 +399,23 @@ fn eval_prints_one_table_of_modes() {
                 env!("CARGO_MANIFEST_DIR"),
                 "/assets/toy/latents.safetensors"
             ),
+            "--sampling-gradient",
+            "prediction",
+            "--records",
+            records.to_str().unwrap(),
         ],
         &[],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("Negatives: none"), "{out}");
+    assert!(out.contains("the prediction's gradient"), "{out}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&records).unwrap()).unwrap();
+    let runs = json["records"].as_array().unwrap();
+    // Six held-out prompts, one seed, four modes.
+    assert_eq!(runs.len(), 24, "{json}");
+    assert!(runs.iter().all(|r| r["scorer"]["right_object"].is_number()));
     assert!(
         out.contains("| mode | held-out wrong runs scored ≥ right object |"),
         "{out}"

@@ -42,6 +42,10 @@ pub(super) struct Eval {
     /// Print JSON instead of markdown tables.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON (summary and every run's record) to this file, atomically, while the
+    /// tables are printed.
+    #[arg(long, value_name = "FILE")]
+    records: Option<PathBuf>,
 }
 
 impl Eval {
@@ -75,6 +79,10 @@ impl Eval {
             bar.inc(1);
         })?;
         bar.finish_and_clear();
+        if let Some(path) = &self.records {
+            crate::atomic::write_atomic(path, table.to_json()?.as_bytes())
+                .map_err(|e| anyhow::anyhow!("writing the records to {}: {e}", path.display()))?;
+        }
         if self.json {
             println!("{}", table.to_json()?);
             return Ok(ExitCode::from(EXIT_OK));
