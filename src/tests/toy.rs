@@ -482,11 +482,11 @@ fn the_prediction_gradient_is_taken_at_the_prediction() -> anyhow::Result<()> {
     let dev = Device::Cpu;
     let (run, noise) = g.m.sampling_run(&g.target, &g.run, &g.rng, &dev)?;
     let denoiser = Denoiser::new(run.prior, &run.text_embeds, run.guidance_scale)?;
-    let at = |i| run.sched.at_step(i).expect("a step of the schedule");
+    let below = |i| run.sched.at_step(i).is_ok_and(|s| s.step_sigmas().0 < 5.0);
     let step = (0..g.run.prior_steps)
-        .find(|&i| at(i).step_sigmas().0 < 5.0)
-        .expect("no step below σ 5");
-    let sched = at(step);
+        .find(|&i| below(i))
+        .ok_or_else(|| anyhow::anyhow!("no step below σ 5"))?;
+    let sched = run.sched.at_step(step)?;
     let (sigma, sigma_next) = sched.step_sigmas();
     assert!(g.run.sampling.guides(sigma, sigma_next), "σ {sigma}");
     // A state at σ: the run's noise at that level (init_noise_sigma is σ_max).
@@ -497,7 +497,10 @@ fn the_prediction_gradient_is_taken_at_the_prediction() -> anyhow::Result<()> {
         let mut s = g.run.sampling.clone();
         s.gradient = gradient;
         let guided = guide_step(&denoiser, &sched, &x, &s, &loss, &mut Rng::new(5))?;
-        Ok(guided.push.expect("a finite step").0)
+        let push = guided
+            .push
+            .ok_or_else(|| anyhow::anyhow!("a non-finite step"))?;
+        Ok(push.0)
     };
     let (along, through) = (
         push(SamplingGradient::Prediction)?,
@@ -506,14 +509,17 @@ fn the_prediction_gradient_is_taken_at_the_prediction() -> anyhow::Result<()> {
     let d = denoiser.x0(&sched, &x, &Policy::None)?.clamp(-1f32, 1f32)?;
     let v = candle_core::Var::from_tensor(&d)?;
     let (l, _) = loss(v.as_tensor(), step, &mut Rng::new(5))?;
-    let grad = l.backward()?.get(&v).expect("a gradient").clone();
+    let grads = l.backward()?;
+    let grad = grads
+        .get(&v)
+        .ok_or_else(|| anyhow::anyhow!("no gradient at the prediction"))?;
     let cos = |a: &Tensor, b: &Tensor| -> anyhow::Result<f64> {
         let dot = (a * b)?.sum_all()?.to_scalar::<f32>()? as f64;
         let n = a.elem_count() as f64;
         Ok(dot / (n * rms(a)? * rms(b)?))
     };
-    assert!(cos(&along, &grad)? > 0.9999, "{}", cos(&along, &grad)?);
-    assert!(cos(&through, &grad)? < 0.99, "{}", cos(&through, &grad)?);
+    assert!(cos(&along, grad)? > 0.9999, "{}", cos(&along, grad)?);
+    assert!(cos(&through, grad)? < 0.99, "{}", cos(&through, grad)?);
     let (a, t) = (rms(&along)?, rms(&through)?);
     assert!((a - t).abs() < 1e-4 * t, "push RMS {a} and {t}");
     let mut along_run = g.run.clone();
