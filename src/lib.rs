@@ -1,6 +1,6 @@
 //! clipsculpt: turn a text prompt into a coloured 3D mesh.
 //!
-//! The pipeline has four stages (see `README.md`, "Architecture"): text conditioning, prior sampling,
+//! The pipeline has four stages (see `docs/architecture.md`, "Stages"): text conditioning, prior sampling,
 //! CLIP-guided latent optimization under gradient checkpointing, and mesh extraction/export.
 //! This crate is the library; `src/main.rs` and [`cli`] are the application around it.
 //!

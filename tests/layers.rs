@@ -1,5 +1,5 @@
 //! Imports run downward only. Every top-level module of `src/` sits on one layer (bottom first,
-//! as in the README's "Architecture"); a file may name `crate::m` only for a module `m` on a lower
+//! as in `docs/architecture.md`, "Layers"); a file may name `crate::m` only for a module `m` on a lower
 //! layer, and the files inside one module may not import each other in a circle.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -43,7 +43,7 @@ pub(crate) fn unscored(latent: &Tensor) -> Start<'_> {
 /// of any colour stands out on at least three of them. One background for all views fails for
 /// objects of its colour: on white, the toy world's scoring CLIP recognised ground-truth renders
 /// less often (80.9 % against 94.1 % top-1 on grey) and the start choice mistook white spheres and
-/// cubes; on grey, an untrained decoder's mid-grey colours vanish (README).
+/// cubes; on grey, an untrained decoder's mid-grey colours vanish.
 pub(crate) const HELD_ASIDE_BACKGROUNDS: [[f32; 3]; 4] = [[0.5; 3], [1.0; 3], [0.5; 3], [0.0; 3]];
 
 /// Seed of the held-aside views' ray draws (fixed, so every evaluation sees the same views).

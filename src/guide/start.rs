@@ -1,15 +1,15 @@
 //! Where the optimization starts: the prior's sample for the prompt, or a better candidate.
 //!
 //! Gradient steps on the latent move it only locally: a wrong shape sits behind a barrier of
-//! worse-looking intermediate shapes (see the README's diagnosis), so the loop alone keeps the
-//! prior's shape. Exploration gives it other starting points: the caller supplies a bank of
-//! candidate latents (the prior sampled for related prompts, for example the negatives), and
-//! [`Explore::Analogies`] adds the bank's consensus completions ([`super::analogy`]), latents of
-//! objects the prior does not produce. Every candidate is scored on the held-aside views without
-//! a graph, first at a cheap side ([`SCREEN_SIDE`]) and the best few again at the full one;
-//! optionally those and the prior's own sample are first refined for a few steps.
-//! A candidate replaces the prior's sample only when it beats it by
-//! [`GuideSettings::switch_margin`].
+//! worse-looking intermediate shapes (measured on the toy: `docs/experiments.md`, "Guidance and
+//! the toy world"), so the loop alone keeps the prior's shape. Exploration gives it other
+//! starting points: the caller supplies a bank of candidate latents (the prior sampled for
+//! related prompts, for example the negatives), and [`Explore::Analogies`] adds the bank's
+//! consensus completions ([`super::analogy`]), latents of objects the prior does not produce.
+//! Every candidate is scored on the held-aside views without a graph, first at a cheap side
+//! ([`SCREEN_SIDE`]) and the best few again at the full one; optionally those and the prior's
+//! own sample are first refined for a few steps. A candidate replaces the prior's sample only
+//! when it beats it by [`GuideSettings::switch_margin`].
 
 use candle_core::Tensor;
 

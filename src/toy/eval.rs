@@ -1,5 +1,5 @@
 //! The toy evaluator: judges an exported [`Mesh`] without CLIP, against the analytic ground truth of the toy
-//! world (README, "The toy world"; metrics in `docs/mesh.md`, "Evaluation by voxelisation").
+//! world (`docs/toy-world.md`; metrics in `docs/mesh.md`, "Evaluation by voxelisation").
 //!
 //! * **Shape.** The mesh is voxelised by ray parity ([`super::voxel`]) over its bounding box. For each
 //!   [`Shape`], the canonical shape is scaled to the mesh's volume, its volume centroid is put on the mesh's, and it

@@ -1,4 +1,4 @@
-//! The embedded toy world (README, "The toy world"): a procedural world of
+//! The embedded toy world (`docs/toy-world.md`): a procedural world of
 //! analytic shapes × colours with captions, the toy CLIP's tokenizer, and an evaluator that judges exported meshes
 //! against the analytic ground truth, without CLIP.
 //!
