@@ -1,7 +1,8 @@
 //! clipsculpt: turn a text prompt into a coloured 3D mesh.
 //!
-//! The pipeline has four stages (see `docs/architecture.md`, "Stages"): text conditioning, prior sampling,
-//! CLIP-guided latent optimization under gradient checkpointing, and mesh extraction/export.
+//! The pipeline has four stages (see `docs/architecture.md`, "Stages"): text conditioning, prior
+//! sampling, CLIP-guided latent optimization under gradient checkpointing, and mesh
+//! extraction/export.
 //! This crate is the library; `src/main.rs` and [`cli`] are the application around it.
 //!
 //! The public API is the pipeline ([`pipeline::generate`], [`pipeline::Models::load`]), its settings
