@@ -84,6 +84,11 @@ pub(super) struct TrainToy {
     /// ones), rewritten into its config before training.
     #[arg(long, requires = "only_prior", value_parser = clap::value_parser!(u16).range(1..=48))]
     prior_layers: Option<u16>,
+    /// The prior also trains on the held-out combinations' objects, always unconditionally (no
+    /// caption): it can make them, but none of their captions leads it there. An experiment, not
+    /// how the shipped worlds were trained.
+    #[arg(long)]
+    prior_uncaptioned_held_out: bool,
     /// The prior's training steps (default: the world's 2000).
     #[arg(long)]
     prior_train_steps: Option<usize>,
@@ -140,6 +145,7 @@ impl TrainToy {
         settings.only_prior = self.only_prior;
         settings.prior_text_from_scorer = self.prior_text_from_scorer;
         settings.prior_layers = self.prior_layers.map(usize::from);
+        settings.held_out_uncaptioned = self.prior_uncaptioned_held_out;
         anyhow::ensure!(
             (0.0..=1.0).contains(&self.prior_mixup),
             "--prior-mixup must be within 0..=1"

@@ -113,6 +113,9 @@ pub(crate) struct ToyTrainSettings {
     /// With `only_prior`: the prior's transformer blocks, rewritten into its config before it is
     /// trained (`None`: the world's config as it is).
     pub(crate) prior_layers: Option<usize>,
+    /// The prior also trains on the held-out combinations' latents, always with the unconditional
+    /// embedding: it can make those objects, but none of their captions ever reaches it.
+    pub(crate) held_out_uncaptioned: bool,
 }
 
 impl ToyTrainSettings {
@@ -171,6 +174,7 @@ impl ToyTrainSettings {
             held_out: HELD_OUT.to_vec(),
             only_prior: false,
             prior_text_from_scorer: false,
+            held_out_uncaptioned: false,
             prior_layers: None,
         }
     }
@@ -639,13 +643,17 @@ fn prior_stage(
     let mut latents = Vec::new();
     let mut embeds = Vec::new();
     for (i, &(sh, c)) in s.combos.iter().enumerate() {
-        if s.held_out.contains(&(sh, c)) {
+        let embed = if !s.held_out.contains(&(sh, c)) {
+            let texts = captions(sh, c);
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
+            text_model.forward(&ids)?.1.detach()
+        } else if s.held_out_uncaptioned {
+            // No captions: trained with the unconditional embedding only.
+            Tensor::zeros((0, prior_cfg.clip_embed_dim()), DType::F32, dev)?
+        } else {
             continue;
-        }
-        let texts = captions(sh, c);
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
-        let embed = text_model.forward(&ids)?.1.detach();
+        };
         for k in 0..per_combo {
             latents.push(all_latents.get(i * per_combo + k)?.detach());
             embeds.push(embed.clone());
@@ -827,6 +835,7 @@ fn command_line(s: &ToyTrainSettings) -> String {
         (s.only_scorer, " --only-scorer"),
         (s.only_prior, " --only-prior"),
         (s.prior_text_from_scorer, " --prior-text-from-scorer"),
+        (s.held_out_uncaptioned, " --prior-uncaptioned-held-out"),
         (!s.decoder.factorized, " --per-object-latents"),
     ] {
         if on {

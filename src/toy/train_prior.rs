@@ -59,7 +59,8 @@ pub(crate) struct PriorTraining {
 }
 
 /// Trains a prior of `cfg` on `latents (n, rows, d)`; `text_embeds[i]` holds the raw CLIP text
-/// embeddings `(k_i, dim)` of latent `i`'s captions (one is drawn per use).
+/// embeddings `(k_i, dim)` of latent `i`'s captions (one is drawn per use). A latent without
+/// captions (`k_i = 0`) is always trained with the unconditional embedding.
 pub(crate) fn train_prior(
     cfg: &PriorConfig,
     scheduler: &SchedulerConfig,
@@ -73,11 +74,18 @@ pub(crate) fn train_prior(
     if text_embeds.len() != n {
         candle_core::bail!("{} caption sets for {n} latents", text_embeds.len());
     }
+    let uncaptioned = text_embeds.iter().any(|t| t.dim(0).is_ok_and(|k| k == 0));
+    if uncaptioned && s.mixup > 0.0 {
+        candle_core::bail!("mixup needs a caption for every latent");
+    }
     let varmap = random_varmap(s.seed, dev, |vb| PriorTransformer::new(vb, cfg))?;
     let prior = PriorTransformer::new(VarBuilder::from_varmap(&varmap, DType::F32, dev), cfg)?;
     let conds: Vec<Tensor> = text_embeds
         .iter()
-        .map(sampler::condition)
+        .map(|t| match t.dim(0)? {
+            0 => Ok(t.clone()),
+            _ => sampler::condition(t),
+        })
         .collect::<Result<_>>()?;
     let sigmas = training_sigmas(scheduler);
     let mut rng = Rng::new(s.seed ^ 0x9e10);
@@ -118,9 +126,14 @@ pub(crate) fn train_prior(
             scale_noise.push(sigma);
             scale_in.push(1.0 / (sigma * sigma + 1.0).sqrt());
             weight.push(loss_weight(sigma, s.min_snr));
-            let c = &conds[own];
-            let mut row = c.get(rng.below(c.dim(0)?))?;
             mix[i * n + own] = 1.0;
+            let c = &conds[own];
+            let (k, dim) = c.dims2()?;
+            if k == 0 {
+                cond.push(Tensor::zeros(dim, c.dtype(), dev)?);
+                continue;
+            }
+            let mut row = c.get(rng.below(k))?;
             if s.mixup > 0.0 && rng.uniform() < s.mixup {
                 let (j, lambda) = (rng.below(n), rng.uniform());
                 let other = conds[j].get(rng.below(conds[j].dim(0)?))?;
@@ -340,6 +353,49 @@ mod tests {
         let d = |t: &Tensor| -> Result<f32> { (&z - t)?.sqr()?.mean_all()?.to_scalar() };
         let (to_mid, to_a, to_b) = (d(&mid)?, d(&latents.get(0)?)?, d(&latents.get(1)?)?);
         assert!(to_mid < to_a.min(to_b), "{to_mid} vs {to_a}, {to_b}");
+        Ok(())
+    }
+
+    /// A latent without captions is trained with the unconditional embedding only: the
+    /// unconditional prediction lands nearer it, the captioned latent's conditioning nearer its own
+    /// latent; and mixup, which needs a caption for every latent, refuses such a set.
+    #[test]
+    fn an_uncaptioned_latent_is_learnt_unconditionally() -> Result<()> {
+        let dev = Device::Cpu;
+        let cfg = tiny_config()?;
+        let mut rng = Rng::new(5);
+        let latents = rng.uniform_tensor(&[2, 4, 16], &dev)?.affine(1.6, -0.8)?;
+        let embeds = [
+            rng.normal_tensor(&[3, 8], &dev)?.affine(0.1, 1.0)?,
+            Tensor::zeros((0, 8), DType::F32, &dev)?,
+        ];
+        let mut s = PriorTrainSettings {
+            steps: 150,
+            lr: 3e-3,
+            repeats: 4,
+            batch: 0,
+            weight_decay: 0.0,
+            timestep_power: 1.0,
+            min_snr: 0.0,
+            cond_dropout: 0.1,
+            mixup: 0.0,
+            seed: 1,
+        };
+        let sched = SchedulerConfig::shap_e();
+        let out = train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {})?;
+        let prior =
+            PriorTransformer::new(VarBuilder::from_varmap(&out.varmap, DType::F32, &dev), &cfg)?;
+        let c = sampler::condition(&embeds[0].get(0)?.unsqueeze(0)?)?;
+        let x = rng.normal_tensor(&[1, 4, 16], &dev)?;
+        for (cond, own) in [(c.clone(), 0), (sampler::unconditional(&c)?, 1)] {
+            let pred = prior.forward(&x, 900.0, &cond)?.narrow(2, 0, 16)?.get(0)?;
+            let d = |j: usize| -> Result<f32> {
+                (&pred - latents.get(j)?)?.sqr()?.mean_all()?.to_scalar()
+            };
+            assert!(d(own)? < d(1 - own)?, "prediction {own} is nearer the other latent");
+        }
+        s.mixup = 0.5;
+        assert!(train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {}).is_err());
         Ok(())
     }
 }
