@@ -622,8 +622,9 @@ fn world_objects(s: &ToyTrainSettings) -> Vec<WorldObject> {
 }
 
 /// Trains the prior on the latents `(combos · instances, rows, d)` of `s.combos` that are not in
-/// `s.held_out`, conditioned on `text_model`'s embeddings of their captions; writes its weights
-/// and `held_out.txt` into `shap_e_dir`.
+/// `s.held_out`, conditioned on `text_model`'s embeddings of their captions (and, with
+/// `s.held_out_uncaptioned`, on the held-out ones without captions); writes its weights and
+/// `held_out.txt` into `shap_e_dir`.
 fn prior_stage(
     shap_e_dir: &Path,
     s: &ToyTrainSettings,
@@ -955,8 +956,8 @@ mod tests {
     use super::*;
     use crate::pipeline::Models;
 
-    /// The manifest's command line reproduces the prior's mixup, min-SNR weighting and weight decay (and omits
-    /// them when off).
+    /// The manifest's command line reproduces the prior's mixup, min-SNR weighting, weight decay and
+    /// uncaptioned held-out objects (and omits them when off).
     #[test]
     fn the_command_line_records_the_prior_mixup_min_snr_and_decay() {
         let mut s = ToyTrainSettings::full(0);
@@ -984,6 +985,10 @@ mod tests {
         );
         s.decoder.instance_factors = true;
         assert!(command_line(&s).contains(" --instances 4 --instance-factors --"));
+        s.held_out_uncaptioned = true;
+        assert!(command_line(&s).starts_with(
+            "clipsculpt train-toy --seed 0 --only-prior --prior-uncaptioned-held-out --"
+        ));
     }
 
     /// The manifest's command line reproduces the scorer's hard negatives and steps (and omits

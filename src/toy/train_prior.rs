@@ -392,7 +392,10 @@ mod tests {
             let d = |j: usize| -> Result<f32> {
                 (&pred - latents.get(j)?)?.sqr()?.mean_all()?.to_scalar()
             };
-            assert!(d(own)? < d(1 - own)?, "prediction {own} is nearer the other latent");
+            assert!(
+                d(own)? < d(1 - own)?,
+                "prediction {own} is nearer the other latent"
+            );
         }
         s.mixup = 0.5;
         assert!(train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {}).is_err());
