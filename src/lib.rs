@@ -5,9 +5,9 @@
 //! extraction/export.
 //! This crate is the library; `src/main.rs` and [`cli`] are the application around it.
 //!
-//! The public API is the pipeline ([`pipeline::generate`], [`pipeline::Models::load`]), its settings
+//! The public API is the pipeline ([`pipeline::generate()`], [`pipeline::Models::load`]), its settings
 //! ([`pipeline::RunSettings`], [`guide::GuideSettings`], [`autodiff::checkpoint::Policy`],
-//! [`device::Precision`]), mesh export ([`mesh::export_field`], [`mesh::marching_cubes`]), Blender
+//! [`device::Precision`]), mesh export ([`mesh::export_field`], [`mesh::marching_cubes()`]), Blender
 //! previews ([`blender::preview`]) and the report types ([`pipeline::Report`] and its parts).
 //! Besides that facade, what the fuzz targets drive (prompt files, run summaries, the tokenizer,
 //! weight files) and the building blocks the benches time (checkpoint engine, renderer, Shap-E

@@ -18,7 +18,7 @@ use crate::pipeline::RunSettings;
 /// Which models to use.
 #[derive(Debug, Clone, ClapArgs)]
 pub(super) struct ModelArgs {
-    /// Shap-E pipeline: `toy` (embedded), a hub id such as openai/shap-e[@revision], or a folder.
+    /// Shap-E pipeline: `toy` (embedded), a hub id such as `openai/shap-e[@revision]`, or a folder.
     #[arg(long, default_value = "toy")]
     pub(crate) model: ModelSpec,
     /// Scoring CLIP: `toy`, a hub id such as openai/clip-vit-base-patch16, or a folder.

@@ -12,7 +12,7 @@ use crate::models::{ModelKind, ModelSpec};
 /// Download a model's files into the Hugging Face cache (HF_HOME).
 #[derive(Debug, ClapArgs)]
 pub(super) struct Download {
-    /// A hub id such as openai/shap-e or openai/clip-vit-base-patch32[@revision].
+    /// A hub id such as openai/shap-e or `openai/clip-vit-base-patch32[@revision]`.
     spec: ModelSpec,
     /// Which layout to fetch (guessed from the id when absent).
     #[arg(long, value_enum)]

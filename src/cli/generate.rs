@@ -22,7 +22,7 @@ pub(super) struct Generate {
     prompt: String,
     #[command(flatten)]
     settings: GenerateArgs,
-    /// Output folder (default outputs/<slug>-<seed>); written privately beside it and renamed
+    /// Output folder (default `outputs/<slug>-<seed>`); written privately beside it and renamed
     /// into place when complete.
     #[arg(long)]
     out: Option<PathBuf>,

@@ -33,7 +33,7 @@ pub(super) struct Sample {
     /// Classifier-free guidance scale [default: the model's sampling.json, else 15]
     #[arg(long)]
     guidance_scale: Option<f64>,
-    /// Output folder (default outputs/<slug>-<seed>); written privately beside it and renamed
+    /// Output folder (default `outputs/<slug>-<seed>`); written privately beside it and renamed
     /// into place when complete.
     #[arg(long)]
     out: Option<PathBuf>,

@@ -7,8 +7,8 @@
 //!
 //! - [`config`]: `config.json` (full and text-only forms), [`tokenizer`]: prompts → ids,
 //! - [`transformer`]: the encoder both towers share, [`text`] and [`vision`]: the towers,
-//! - [`model`]: both towers, [`preprocess`]: images → pixels, [`scorer`]: embeddings and cosines,
-//! - [`load`]: directory → validated model, [`describe`]: its summary, [`error`]: the boundary errors.
+//! - [`model`]: both towers, [`mod@preprocess`]: images → pixels, [`scorer`]: embeddings and cosines,
+//! - [`load`]: directory → validated model, [`mod@describe`]: its summary, [`error`]: the boundary errors.
 
 pub(crate) mod config;
 pub(crate) mod describe;

@@ -1,6 +1,6 @@
 //! The held-aside evaluation: four fixed cameras, ray draws and backgrounds that the optimization
 //! never renders, scored by the CLIP term without a graph. It decides which latent is kept
-//! ([`super::optimize`]) and which candidate starts ([`super::start`]).
+//! ([`super::optimize()`]) and which candidate starts ([`super::start`]).
 
 use candle_core::{Result, Tensor};
 

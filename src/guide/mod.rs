@@ -3,7 +3,7 @@
 //! ([`latent_loss`]); the
 //! latent optimization's settings ([`settings`]), the
 //! held-aside evaluation ([`held_aside`]), the per-step view loss ([`objective`]), the Adam loop
-//! ([`optimize`]), exploration and the start choice ([`explore`], [`start`], [`analogy`]), the
+//! ([`optimize()`]), exploration and the start choice ([`explore`], [`start`], [`analogy`]), the
 //! augmentations ([`augment`]), the learning-rate schedule ([`schedule`]) and the prompt's CLIP
 //! term ([`target`]).
 

@@ -12,7 +12,7 @@ pub enum GuideMode {
     Off,
     /// Guided sampling through the prior ([`super::sampling`]).
     Sampling,
-    /// Optimization of the finished latent through the decoder ([`super::optimize`]).
+    /// Optimization of the finished latent through the decoder ([`super::optimize()`]).
     Latent,
     /// Guided sampling, then the latent optimization from its result.
     Both,

@@ -1,6 +1,6 @@
 //! The whole job, composed from the stages: text conditioning → prior sampling → CLIP-guided
 //! optimization → mesh extraction and export. Each stage lives in its own module; this one wires
-//! them together ([`generate`]), loads the models once ([`models`]), records what each stage
+//! them together ([`generate()`]), loads the models once ([`models`]), records what each stage
 //! took ([`stages`]) and what the run did (`report.json`, [`report`]); [`candidates`] picks the
 //! best of several noises.
 

@@ -289,7 +289,7 @@ impl Models {
 
     /// The guided latent of a run from the prior's sample `z0` (with its held-aside score when the
     /// caller has it, so it is not rendered again): exploration picks the start
-    /// ([`guide::choose_start`]), then the loop refines it ([`guide::optimize`]). `generate` and
+    /// ([`guide::choose_start`]), then the loop refines it ([`guide::optimize()`]). `generate` and
     /// `eval` both go through here.
     pub(crate) fn guide(
         &self,

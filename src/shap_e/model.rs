@@ -63,7 +63,7 @@ pub(crate) struct ShapE {
 
 impl ShapE {
     /// Loads `root/prior`, `root/scheduler/scheduler_config.json` (the Shap-E values, with a
-    /// warning, if the file is absent) and the first decoder folder of [`DECODER_DIRS`] that has
+    /// warning, if the file is absent) and the first decoder folder of [`DECODER_DIRS`](crate::weights::files::DECODER_DIRS) that has
     /// weights.
     pub(crate) fn load(
         root: &Path,

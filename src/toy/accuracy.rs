@@ -101,7 +101,7 @@ pub(crate) struct EvalPlan<'a> {
     pub(crate) seeds: &'a [u64],
     /// The modes, in table order.
     pub(crate) modes: &'a [EvalMode],
-    /// The combinations the prior did not train on ([`super::world::held_out_split`]).
+    /// The combinations the prior did not train on ([`super::split::held_out_split`]).
     pub(crate) held_out: &'a [(Shape, Colour)],
     /// The world's fitted latents, to score every export beside the right object ([`ScorerCheck`]).
     pub(crate) fitted: Option<&'a Fitted>,

@@ -52,7 +52,7 @@ pub(crate) struct FitSettings {
     #[serde(default)]
     pub(crate) instance_rms: f64,
     /// With an instance code: build it from codes per shape and per colour weighted by the
-    /// object's [`factors`](super::factors) (size, the cube's yaw, shade) instead of a free code
+    /// object's [`factors`] (size, the cube's yaw, shade) instead of a free code
     /// per object, so that instances of every combination vary along shared directions.
     #[serde(default)]
     pub(crate) instance_factors: bool,

@@ -3,7 +3,7 @@
 //! against the analytic ground truth, without CLIP.
 //!
 //! * [`world`]: [`Shape`], [`Colour`], [`WorldObject`] (a [`crate::mesh::Field`]), [`HELD_OUT`];
-//! * [`caption`]: "a red cube" and paraphrases, [`parse_caption`];
+//! * [`mod@caption`]: "a red cube" and paraphrases, [`parse_caption`];
 //! * [`tokenizer`]: [`toy_tokenizer_json`], a CLIP-style BPE `tokenizer.json` covering every caption word;
 //! * [`eval`]: [`classify`] a mesh by volumetric IoU against each shape and by mean colour;
 //! * [`report`]: [`EvalTable`](report::EvalTable), per-run verdicts with their attribution, per mode and split;

@@ -4,7 +4,8 @@
 //! 1. [`fit_decoder`](super::fit_decoder): decoder + one latent per shape × colour (auto-decoding);
 //! 2. [`train_clip`](super::train_clip): the toy CLIP, contrastively, on renders of every combination;
 //! 3. [`train_prior`](super::train_prior): the prior, by diffusion on the latents of the combinations
-//!    not in [`HELD_OUT`](super::HELD_OUT), conditioned on the trained CLIP's text embedding.
+//!    not in [`HELD_OUT`], conditioned on the trained CLIP's text embedding
+//!    (`--prior-uncaptioned-held-out`: the held-out ones too, always unconditionally).
 //!
 //! The result is written in the loaders' layouts (`shap_e/` in diffusers' layout with the toy CLIP's
 //! text tower as its `text_encoder/`, `clip/` in transformers' layout), with `train_log.json`
