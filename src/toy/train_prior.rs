@@ -209,6 +209,22 @@ mod tests {
         .map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
 
+    /// 150 steps over the whole set, 4 copies per batch, Shap-E's objective.
+    fn short_training() -> PriorTrainSettings {
+        PriorTrainSettings {
+            steps: 150,
+            lr: 3e-3,
+            repeats: 4,
+            batch: 0,
+            weight_decay: 0.0,
+            timestep_power: 1.0,
+            min_snr: 0.0,
+            cond_dropout: 0.1,
+            mixup: 0.0,
+            seed: 1,
+        }
+    }
+
     /// Min-SNR-5: full weight up to σ = 1/√5, then 1/(5σ²); uniform when off.
     #[test]
     fn min_snr_weights_fall_above_the_knee() {
@@ -230,18 +246,7 @@ mod tests {
             rng.normal_tensor(&[3, 8], &dev)?.affine(0.1, 1.0)?,
             rng.normal_tensor(&[3, 8], &dev)?.affine(0.1, -1.0)?,
         ];
-        let s = PriorTrainSettings {
-            steps: 150,
-            lr: 3e-3,
-            repeats: 4,
-            batch: 0,
-            weight_decay: 0.0,
-            timestep_power: 1.0,
-            min_snr: 0.0,
-            cond_dropout: 0.1,
-            mixup: 0.0,
-            seed: 1,
-        };
+        let s = short_training();
         let sched = SchedulerConfig::shap_e();
         let out = train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {})?;
         let mean = |v: &[f32]| v.iter().sum::<f32>() / v.len() as f32;
@@ -292,15 +297,11 @@ mod tests {
         let norm = |decay: f64| -> Result<(f32, Vec<f32>)> {
             let s = PriorTrainSettings {
                 steps: 120,
-                lr: 3e-3,
                 repeats: 1,
                 batch: 5,
                 weight_decay: decay,
                 timestep_power: 2.0,
-                min_snr: 0.0,
-                cond_dropout: 0.1,
-                mixup: 0.0,
-                seed: 1,
+                ..short_training()
             };
             let out = train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {})?;
             let mut sq = 0f32;
@@ -332,15 +333,10 @@ mod tests {
         ];
         let s = PriorTrainSettings {
             steps: 200,
-            lr: 3e-3,
             repeats: 8,
-            batch: 0,
-            weight_decay: 0.0,
-            timestep_power: 1.0,
-            min_snr: 0.0,
             cond_dropout: 0.0,
             mixup: 0.5,
-            seed: 1,
+            ..short_training()
         };
         let sched = SchedulerConfig::shap_e();
         let out = train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {})?;
@@ -369,18 +365,7 @@ mod tests {
             rng.normal_tensor(&[3, 8], &dev)?.affine(0.1, 1.0)?,
             Tensor::zeros((0, 8), DType::F32, &dev)?,
         ];
-        let mut s = PriorTrainSettings {
-            steps: 150,
-            lr: 3e-3,
-            repeats: 4,
-            batch: 0,
-            weight_decay: 0.0,
-            timestep_power: 1.0,
-            min_snr: 0.0,
-            cond_dropout: 0.1,
-            mixup: 0.0,
-            seed: 1,
-        };
+        let mut s = short_training();
         let sched = SchedulerConfig::shap_e();
         let out = train_prior(&cfg, &sched, &latents, &embeds, &s, &dev, |_, _| {})?;
         let prior =
