@@ -152,6 +152,10 @@ impl TrainToy {
         );
         settings.prior.mixup = self.prior_mixup;
         anyhow::ensure!(
+            !(self.prior_uncaptioned_held_out && self.prior_mixup > 0.0),
+            "--prior-mixup needs a caption for every latent: drop it or --prior-uncaptioned-held-out"
+        );
+        anyhow::ensure!(
             (0.25..=8.0).contains(&self.prior_timestep_power),
             "--prior-timestep-power must be within 0.25..=8"
         );
