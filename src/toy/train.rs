@@ -153,18 +153,7 @@ impl ToyTrainSettings {
                 seed: seed + 2,
             },
             scorer: None,
-            prior: PriorTrainSettings {
-                steps: 2000,
-                lr: 1e-3,
-                repeats: 1,
-                batch: 0,
-                weight_decay: 0.0,
-                timestep_power: 1.0,
-                min_snr: 0.0,
-                cond_dropout: 0.1,
-                mixup: 0.0,
-                seed: seed + 3,
-            },
+            prior: PriorTrainSettings::shap_e(2000, 1e-3, seed + 3),
             // The toy prior memorises its 30 latents; extrapolating beyond the conditional
             // prediction (scale > 1) overshoots them.
             sampling: SamplingDefaults {

@@ -50,6 +50,25 @@ pub(crate) struct PriorTrainSettings {
     pub(crate) seed: u64,
 }
 
+impl PriorTrainSettings {
+    /// Shap-E's objective over the whole set once per batch: uniform timesteps and weights, the
+    /// conditioning dropped a tenth of the time, no weight decay and no mixup.
+    pub(crate) fn shap_e(steps: usize, lr: f64, seed: u64) -> Self {
+        Self {
+            steps,
+            lr,
+            repeats: 1,
+            batch: 0,
+            weight_decay: 0.0,
+            timestep_power: 1.0,
+            min_snr: 0.0,
+            cond_dropout: 0.1,
+            mixup: 0.0,
+            seed,
+        }
+    }
+}
+
 /// The trained prior's parameters and its loss per step.
 pub(crate) struct PriorTraining {
     /// Parameters by checkpoint key.
@@ -212,17 +231,15 @@ mod tests {
     /// 150 steps over the whole set, 4 copies per batch, Shap-E's objective.
     fn short_training() -> PriorTrainSettings {
         PriorTrainSettings {
-            steps: 150,
-            lr: 3e-3,
             repeats: 4,
-            batch: 0,
-            weight_decay: 0.0,
-            timestep_power: 1.0,
-            min_snr: 0.0,
-            cond_dropout: 0.1,
-            mixup: 0.0,
-            seed: 1,
+            ..PriorTrainSettings::shap_e(150, 3e-3, 1)
         }
+    }
+
+    /// `n` random latents of the tiny config's shape `(n, 4, 16)`, uniform in ±0.8.
+    fn random_latents(n: usize, rng: &mut Rng) -> Result<Tensor> {
+        rng.uniform_tensor(&[n, 4, 16], &Device::Cpu)?
+            .affine(1.6, -0.8)
     }
 
     /// Min-SNR-5: full weight up to σ = 1/√5, then 1/(5σ²); uniform when off.
@@ -241,7 +258,7 @@ mod tests {
         let dev = Device::Cpu;
         let cfg = tiny_config()?;
         let mut rng = Rng::new(5);
-        let latents = rng.uniform_tensor(&[2, 4, 16], &dev)?.affine(1.6, -0.8)?;
+        let latents = random_latents(2, &mut rng)?;
         let embeds = [
             rng.normal_tensor(&[3, 8], &dev)?.affine(0.1, 1.0)?,
             rng.normal_tensor(&[3, 8], &dev)?.affine(0.1, -1.0)?,
@@ -289,7 +306,7 @@ mod tests {
         let dev = Device::Cpu;
         let cfg = tiny_config()?;
         let mut rng = Rng::new(5);
-        let latents = rng.uniform_tensor(&[3, 4, 16], &dev)?.affine(1.6, -0.8)?;
+        let latents = random_latents(3, &mut rng)?;
         let embeds: Vec<Tensor> = (0..3)
             .map(|_| rng.normal_tensor(&[2, 8], &dev))
             .collect::<Result<_>>()?;
@@ -326,7 +343,7 @@ mod tests {
         let dev = Device::Cpu;
         let cfg = tiny_config()?;
         let mut rng = Rng::new(5);
-        let latents = rng.uniform_tensor(&[2, 4, 16], &dev)?.affine(1.6, -0.8)?;
+        let latents = random_latents(2, &mut rng)?;
         let embeds = [
             rng.normal_tensor(&[1, 8], &dev)?,
             rng.normal_tensor(&[1, 8], &dev)?,
@@ -360,7 +377,7 @@ mod tests {
         let dev = Device::Cpu;
         let cfg = tiny_config()?;
         let mut rng = Rng::new(5);
-        let latents = rng.uniform_tensor(&[2, 4, 16], &dev)?.affine(1.6, -0.8)?;
+        let latents = random_latents(2, &mut rng)?;
         let embeds = [
             rng.normal_tensor(&[3, 8], &dev)?.affine(0.1, 1.0)?,
             Tensor::zeros((0, 8), DType::F32, &dev)?,
