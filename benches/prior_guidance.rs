@@ -1,34 +1,41 @@
-//! One guided sampler step through the Shap-E prior at its published shape, on the CPU: the
+//! One guided sampler step through the Shap-E prior at its published shape: the
 //! classifier-free-guided x0 prediction of a state `x (1, tokens, 1024)` (both branches as one
 //! batch of 2), a fixed random projection of it as the loss, and the backward pass to `x`, with
 //! the prior's 24 blocks under each checkpoint policy. Random weights (24 blocks of width 1024 in
 //! 16 heads of 64, conditioning 768, as `random-models --preset published`). The render and
 //! CLIP part of a real guided step is left out: it is the same for every policy.
 //!
-//! Per policy: the activation peak above the weights (counting allocator), seconds (forward and
-//! backward), blocks recomputed in backward, and the gradient's relative error against `none`.
+//! Per policy: the activation peak above the weights (CPU: the counting allocator; CUDA: the
+//! memory pool's high-water mark above what was in use before the step), seconds (forward and
+//! backward, the device synchronised at both ends), blocks recomputed in backward, and the
+//! gradient's relative error against `none`.
 //! A second table repeats `none` and `blocks` at 256, 512 and 1024 latent tokens.
 //!
 //! Run: `cargo bench --bench prior_guidance` (about 13 min on 2 cores, 6.3 GiB peak RSS);
 //! `PRIOR_BENCH=tiny` is a smoke run of a 4-block, width-64 prior; `PRIOR_BENCH_POLICIES=none,budget:2GiB`
 //! runs only those rows (no token table). Each table starts with an unmeasured warm-up step.
+//! `CLIPSCULPT_DEVICE=cuda` and `CLIPSCULPT_DTYPE=f32|bf16|f16` (`benches/common`) run it on a GPU
+//! with the prior's matrix weights in that dtype (default: f32 on the CPU, bf16 on CUDA);
+//! `PRIOR_BENCH_REPEATS=N` keeps the fastest of N runs of each step (the highest peak).
 //!
 //! `PRIOR_BENCH_CHAIN=N` instead measures end-to-end guidance through the last N Heun steps of 64
 //! (2N − 1 guided prior evaluations): the gradient of a fixed random projection of the finished
 //! latent with respect to the state N steps before the end, with the sampler steps and the prior's
 //! blocks each unchecked or checkpointed (nested: a recomputed step checkpoints its blocks again).
 
-use std::time::Instant;
+mod common;
 
-use candle_core::{DType, Device, Result, Tensor, Var};
+use candle_core::{DType, Result, Tensor, Var};
 use clipsculpt::autodiff::checkpoint::Policy;
-use clipsculpt::autodiff::memory::{self, mib, CountingAlloc, PeakMeter};
+use clipsculpt::autodiff::memory::{self, mib, CountingAlloc};
 use clipsculpt::autodiff::rng::Rng;
+use clipsculpt::device::memory::used_bytes;
 use clipsculpt::shap_e::config::PriorConfig;
 use clipsculpt::shap_e::{
     Denoiser, HeunDiscreteScheduler, PriorTransformer, SamplerChain, SchedulerConfig,
 };
-use clipsculpt::toy::random::random_frozen;
+use clipsculpt::toy::random::random_frozen_in;
+use common::{BenchEnv, Measured, Size};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -55,7 +62,7 @@ const TINY: Shape = Shape {
     cond: 32,
 };
 
-fn prior(shape: &Shape, tokens: usize) -> Result<PriorTransformer> {
+fn prior(env: &BenchEnv, shape: &Shape, tokens: usize) -> Result<PriorTransformer> {
     let d = shape.heads * shape.head_dim;
     let cfg: PriorConfig = serde_json::from_value(serde_json::json!({
         "num_attention_heads": shape.heads, "attention_head_dim": shape.head_dim,
@@ -65,7 +72,9 @@ fn prior(shape: &Shape, tokens: usize) -> Result<PriorTransformer> {
         "time_embed_dim": 4 * d, "embedding_proj_dim": shape.cond, "clip_embed_dim": 2 * d
     }))
     .map_err(candle_core::Error::wrap)?;
-    random_frozen(1, &Device::Cpu, |vb| PriorTransformer::new(vb, &cfg))
+    random_frozen_in(1, &env.device, env.dtype(), |vb| {
+        PriorTransformer::new(vb, &cfg)
+    })
 }
 
 /// One measured guided step: peak bytes above the start, seconds, the gradient.
@@ -75,16 +84,58 @@ struct Run {
     grad: Tensor,
 }
 
+/// A started measurement: the bytes in use before it (the GPU's base) and the span.
+fn start(env: &BenchEnv) -> Result<(u64, common::Span)> {
+    let base = used_bytes(&env.device)?;
+    Ok((base, env.start()?))
+}
+
+/// The activation peak of a finished span: the host heap above the span's start on the CPU, the
+/// device pool's high-water mark above `base` on a GPU.
+fn activation_peak(env: &BenchEnv, base: u64, m: &Measured) -> usize {
+    if env.device.is_cpu() {
+        m.host_peak
+    } else {
+        m.device_peak.saturating_sub(base) as usize
+    }
+}
+
+/// The guided step, run `PRIOR_BENCH_REPEATS` times (default 1; a GPU step takes milliseconds):
+/// the fastest time and the highest peak.
+fn guided_step(
+    env: &BenchEnv,
+    prior: &PriorTransformer,
+    policy: &Policy,
+    inputs: &Inputs,
+) -> Result<Run> {
+    let repeats = std::env::var("PRIOR_BENCH_REPEATS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut best = guided_step_once(env, prior, policy, inputs)?;
+    for _ in 1..repeats {
+        let run = guided_step_once(env, prior, policy, inputs)?;
+        best.peak = best.peak.max(run.peak);
+        best.seconds = best.seconds.min(run.seconds);
+    }
+    Ok(best)
+}
+
 /// The guided step at the 40th of 64 Heun steps (σ ≈ 2), CFG scale 15.
-fn guided_step(prior: &PriorTransformer, policy: &Policy, inputs: &Inputs) -> Result<Run> {
+fn guided_step_once(
+    env: &BenchEnv,
+    prior: &PriorTransformer,
+    policy: &Policy,
+    inputs: &Inputs,
+) -> Result<Run> {
     let mut sched = HeunDiscreteScheduler::new(&SchedulerConfig::shap_e(), 64)?;
     let denoiser = Denoiser::new(prior, &inputs.text, 15.0)?;
     let dummy = inputs.x.zeros_like()?;
     while sched.step_number() < 40 {
         sched.step(&dummy, &dummy)?;
     }
-    let meter = PeakMeter::start();
-    let t = Instant::now();
+    let (base, span) = start(env)?;
     let x = Var::from_tensor(&inputs.x)?;
     let x0 = denoiser.x0(&sched, x.as_tensor(), policy)?;
     let loss = (x0 * &inputs.w)?.sum_all()?;
@@ -93,10 +144,10 @@ fn guided_step(prior: &PriorTransformer, policy: &Policy, inputs: &Inputs) -> Re
         .get(&x)
         .cloned()
         .ok_or_else(|| candle_core::Error::Msg("no gradient reached x".into()))?;
-    let seconds = t.elapsed().as_secs_f64();
+    let m = span.finish(env)?;
     Ok(Run {
-        peak: meter.peak_above_base(),
-        seconds,
+        peak: activation_peak(env, base, &m),
+        seconds: m.seconds,
         grad,
     })
 }
@@ -107,14 +158,14 @@ struct Inputs {
     w: Tensor,
 }
 
-fn inputs(shape: &Shape, tokens: usize) -> Result<Inputs> {
+fn inputs(env: &BenchEnv, shape: &Shape, tokens: usize) -> Result<Inputs> {
     let mut rng = Rng::new(3);
     let d = shape.heads * shape.head_dim;
-    let dev = Device::Cpu;
+    let dev = &env.device;
     Ok(Inputs {
-        x: (rng.normal_tensor(&[1, tokens, d], &dev)? * 2.0)?,
-        text: rng.normal_tensor(&[1, shape.cond], &dev)?,
-        w: rng.normal_tensor(&[1, tokens, d], &dev)?,
+        x: (rng.normal_tensor(&[1, tokens, d], dev)? * 2.0)?,
+        text: rng.normal_tensor(&[1, shape.cond], dev)?,
+        w: rng.normal_tensor(&[1, tokens, d], dev)?,
     })
 }
 
@@ -176,9 +227,9 @@ fn all_policies(tiny: bool) -> Vec<Policy> {
     v
 }
 
-fn policy_table(shape: &Shape, tokens: usize, tiny: bool) -> Result<()> {
-    let prior = prior(shape, tokens)?;
-    let inputs = inputs(shape, tokens)?;
+fn policy_table(env: &BenchEnv, shape: &Shape, tokens: usize, tiny: bool) -> Result<()> {
+    let prior = prior(env, shape, tokens)?;
+    let inputs = inputs(env, shape, tokens)?;
     println!(
         "## One guided sampler step, {} blocks × {} ({} heads of {}), {tokens} latent tokens, CFG batch 2\n",
         shape.layers,
@@ -186,11 +237,11 @@ fn policy_table(shape: &Shape, tokens: usize, tiny: bool) -> Result<()> {
         shape.heads,
         shape.head_dim
     );
-    println!("weights: {}\n", mib(memory::current()));
+    println!("weights: {}\n", mib(used_bytes(&env.device)? as usize));
     println!("| policy | activation peak | vs none | seconds | vs none | blocks recomputed | gradient rel. error vs none |");
     println!("|---|---|---|---|---|---|---|");
     // An unmeasured warm-up, so that the first measured row does not pay for first-touch page faults.
-    guided_step(&prior, &Policy::None, &inputs)?;
+    guided_step(env, &prior, &Policy::None, &inputs)?;
     let mut reference: Option<Run> = None;
     for p in policies(tiny)? {
         // Plans (a budget measures one block first) are made outside the measured span; a budget
@@ -202,10 +253,10 @@ fn policy_table(shape: &Shape, tokens: usize, tiny: bool) -> Result<()> {
                 continue;
             }
         };
-        let run = guided_step(&prior, &p, &inputs)?;
+        let run = guided_step(env, &prior, &p, &inputs)?;
         let (peak_ratio, time_ratio, err) = against(&run, reference.as_ref())?;
         println!(
-            "| {p} | {} | {peak_ratio} | {:.1} | {time_ratio} | {recomputed} | {err} |",
+            "| {p} | {} | {peak_ratio} | {:.3} | {time_ratio} | {recomputed} | {err} |",
             mib(run.peak),
             run.seconds
         );
@@ -217,7 +268,7 @@ fn policy_table(shape: &Shape, tokens: usize, tiny: bool) -> Result<()> {
     Ok(())
 }
 
-fn token_table(shape: &Shape, tokens: &[usize]) -> Result<()> {
+fn token_table(env: &BenchEnv, shape: &Shape, tokens: &[usize]) -> Result<()> {
     println!(
         "## By latent token count ({} blocks, CFG batch 2)\n",
         shape.layers
@@ -225,13 +276,13 @@ fn token_table(shape: &Shape, tokens: &[usize]) -> Result<()> {
     println!("| tokens | none peak | none s | blocks peak | blocks s | peak ratio | time ratio |");
     println!("|---|---|---|---|---|---|---|");
     for &n in tokens {
-        let prior = prior(shape, n)?;
-        let inputs = inputs(shape, n)?;
-        guided_step(&prior, &Policy::None, &inputs)?;
-        let none = guided_step(&prior, &Policy::None, &inputs)?;
-        let blocks = guided_step(&prior, &Policy::BLOCKS, &inputs)?;
+        let prior = prior(env, shape, n)?;
+        let inputs = inputs(env, shape, n)?;
+        guided_step(env, &prior, &Policy::None, &inputs)?;
+        let none = guided_step(env, &prior, &Policy::None, &inputs)?;
+        let blocks = guided_step(env, &prior, &Policy::BLOCKS, &inputs)?;
         println!(
-            "| {n} | {} | {:.1} | {} | {:.1} | {:.1} % | {:.2}× |",
+            "| {n} | {} | {:.3} | {} | {:.3} | {:.1} % | {:.2}× |",
             mib(none.peak),
             none.seconds,
             mib(blocks.peak),
@@ -247,6 +298,7 @@ fn token_table(shape: &Shape, tokens: &[usize]) -> Result<()> {
 /// The end-to-end step through the last `n` Heun steps of 64 with the steps under `steps` and the
 /// prior's blocks under `blocks`, CFG scale 15.
 fn chain_step(
+    env: &BenchEnv,
     prior: &PriorTransformer,
     n: usize,
     (steps, blocks): (Policy, Policy),
@@ -254,8 +306,7 @@ fn chain_step(
 ) -> Result<Run> {
     let sched = HeunDiscreteScheduler::new(&SchedulerConfig::shap_e(), 64)?;
     let chain = SamplerChain::new(prior, &sched, 64 - n, 15.0, blocks)?;
-    let meter = PeakMeter::start();
-    let t = Instant::now();
+    let (base, span) = start(env)?;
     let x = Var::from_tensor(&(&inputs.x * (chain.sigma() as f64 / 2.0))?)?;
     let z = chain.run(x.as_tensor(), &inputs.text, &steps)?;
     let grads = (z * &inputs.w)?.sum_all()?.backward()?;
@@ -263,16 +314,17 @@ fn chain_step(
         .get(&x)
         .cloned()
         .ok_or_else(|| candle_core::Error::Msg("no gradient reached x".into()))?;
+    let m = span.finish(env)?;
     Ok(Run {
-        peak: meter.peak_above_base(),
-        seconds: t.elapsed().as_secs_f64(),
+        peak: activation_peak(env, base, &m),
+        seconds: m.seconds,
         grad,
     })
 }
 
-fn chain_table(shape: &Shape, tokens: usize, n: usize) -> Result<()> {
-    let prior = prior(shape, tokens)?;
-    let inputs = inputs(shape, tokens)?;
+fn chain_table(env: &BenchEnv, shape: &Shape, tokens: usize, n: usize) -> Result<()> {
+    let prior = prior(env, shape, tokens)?;
+    let inputs = inputs(env, shape, tokens)?;
     println!(
         "## End to end through the last {n} Heun steps ({} prior evaluations), {} blocks × {}, {tokens} tokens, CFG batch 2\n",
         2 * n - 1,
@@ -282,7 +334,7 @@ fn chain_table(shape: &Shape, tokens: usize, n: usize) -> Result<()> {
     println!("| sampler steps | prior blocks | activation peak | vs none | seconds | vs none | gradient rel. error vs none |");
     println!("|---|---|---|---|---|---|---|");
     let (none, blocks) = (Policy::None, Policy::BLOCKS);
-    chain_step(&prior, n, (blocks, blocks), &inputs)?;
+    chain_step(env, &prior, n, (blocks, blocks), &inputs)?;
     let mut reference: Option<Run> = None;
     for policies in [
         (none, none),
@@ -290,10 +342,10 @@ fn chain_table(shape: &Shape, tokens: usize, n: usize) -> Result<()> {
         (blocks, none),
         (blocks, blocks),
     ] {
-        let run = chain_step(&prior, n, policies, &inputs)?;
+        let run = chain_step(env, &prior, n, policies, &inputs)?;
         let (peak_ratio, time_ratio, err) = against(&run, reference.as_ref())?;
         println!(
-            "| {} | {} | {} | {peak_ratio} | {:.1} | {time_ratio} | {err} |",
+            "| {} | {} | {} | {peak_ratio} | {:.3} | {time_ratio} | {err} |",
             policies.0,
             policies.1,
             mib(run.peak),
@@ -309,14 +361,16 @@ fn chain_table(shape: &Shape, tokens: usize, n: usize) -> Result<()> {
 
 fn main() -> Result<()> {
     memory::keep_freed_pages();
-    let tiny = std::env::var("PRIOR_BENCH").is_ok_and(|v| v == "tiny");
+    let env = BenchEnv::from_env()?;
+    let tiny = std::env::var("PRIOR_BENCH").is_ok_and(|v| v == "tiny") || env.size == Size::Tiny;
     let (shape, tokens) = if tiny {
         (&TINY, vec![16, 32, 64])
     } else {
         (&PUBLISHED, vec![256, 512, 1024])
     };
     println!(
-        "CPU, {} threads; load average at start: {}\n",
+        "{}; {} CPU threads; load average at start: {}\n",
+        env.describe()?,
         rayon::current_num_threads(),
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
@@ -325,11 +379,11 @@ fn main() -> Result<()> {
     let last = tokens[tokens.len() - 1];
     if let Ok(n) = std::env::var("PRIOR_BENCH_CHAIN") {
         let n = n.parse().map_err(candle_core::Error::wrap)?;
-        return chain_table(shape, last, n);
+        return chain_table(&env, shape, last, n);
     }
-    policy_table(shape, last, tiny)?;
+    policy_table(&env, shape, last, tiny)?;
     if std::env::var("PRIOR_BENCH_POLICIES").is_ok() {
         return Ok(());
     }
-    token_table(shape, &tokens)
+    token_table(&env, shape, &tokens)
 }

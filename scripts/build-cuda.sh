@@ -5,7 +5,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-usage: scripts/build-cuda.sh [--dist] [--setup-only] [--venv DIR] [--target-dir DIR] [COMPUTE_CAP]
+usage: scripts/build-cuda.sh [--dist] [--no-curand] [--setup-only] [--venv DIR] [--target-dir DIR] [COMPUTE_CAP]
 
 Builds `cargo build --release --features cuda` without a GPU or CUDA toolkit: installs a pinned
 CUDA 13.0 nvcc (and the link inputs cuBLAS, cuRAND, NVRTC, cudart) from PyPI into a Python venv,
@@ -17,6 +17,8 @@ makes link-time stubs (libcuda.so is the driver's and is not on PyPI), then buil
                      the stripped binary, the benches, the toy models, libcurand.so.10 (PyTorch
                      cu13 installs lack it) and scripts/gpu-check.sh; unpack on the GPU machine
                      and run gpu-check.sh
+  --no-curand        leave libcurand.so.10 out of the archive (130 MB raw, 41 MB packed), for a GPU
+                     machine that has it (e.g. a PyTorch image with the nvidia-curand wheel)
   --setup-only       install the toolchain and stubs, print CUDA_ROOT, do not build
   --venv DIR         toolchain venv (default $CUDA_VENV, else ~/.cache/clipsculpt/cuda13-venv);
                      keep it outside the repository, it is about 1.2 GB
@@ -34,6 +36,7 @@ die_usage() {
 }
 
 DIST=0
+CURAND=1
 SETUP_ONLY=0
 CAP=""
 VENV=${CUDA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/clipsculpt/cuda13-venv}
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
     -h | --help) usage; exit 0 ;;
     --dist) DIST=1 ;;
     --setup-only) SETUP_ONLY=1 ;;
+    --no-curand) CURAND=0 ;;
     --venv)
       [ $# -ge 2 ] && [ -n "$2" ] || die_usage "--venv needs a directory"
       VENV=$2; shift ;;
@@ -127,7 +131,7 @@ echo "built $TARGET_DIR/release/clipsculpt for sm_$CAP in $((SECONDS - start)) s
 
 # 4. Shippable archive. xz with a large dictionary: the binaries share candle's kernels, so the
 #    copies compress against each other. libcurand does not shrink with strip.
-BENCHES="guide render clip checkpoint"
+BENCHES="guide render clip checkpoint prior_guidance"
 json=$(mktemp)
 cargo bench --no-run --locked --features cuda --target-dir "$TARGET_DIR" \
   $(for b in $BENCHES; do printf -- '--bench %s ' "$b"; done) --message-format=json >"$json"
@@ -154,7 +158,7 @@ for name in sorted(want):
     subprocess.run(["strip", "-o", f"{out}/bench-{name}", found[name]], check=True)
 PY
 rm -f "$json"
-cp "$CUDA_ROOT/lib/libcurand.so.10" "$stage/$name/lib/"
+[ "$CURAND" = 0 ] || cp "$CUDA_ROOT/lib/libcurand.so.10" "$stage/$name/lib/"
 # The embedded default is read from assets/toy beside the binary (cli::context::toy_roots).
 mkdir -p "$stage/$name/bin/assets"
 cp -r "$ROOT/assets/toy" "$stage/$name/bin/assets/"

@@ -5,37 +5,48 @@ set -uo pipefail
 
 usage() {
   cat <<'EOF'
-usage: gpu-check.sh [--quick] [--out DIR] [--budget SECONDS]
+usage: gpu-check.sh [--quick] [--steps NAME,...] [--out DIR] [--budget SECONDS]
 
 Runs the prebuilt CUDA binary and benches of an unpacked dist archive
 (clipsculpt-cuda-smNN/{bin,lib,scripts}) and prints one markdown table:
   (a) the embedded toy default on the GPU (f32 and bf16) and on the CPU (f32): CLIP cosines,
       mesh statistics, seconds and peak memory from each report.json;
-  (b) the benches (guide, clip, render, checkpoint) on the GPU, unchecked vs checkpointed and
-      f32 vs bf16;
-  (c) random-weight models of published sizes (Shap-E prior 24 x 1024, decoder 256 wide,
-      CLIP ViT-B/16 geometry) through `generate` with --checkpoint none vs blocks.
+  (b) random-weight models of published sizes (Shap-E prior 24 x 1024, decoder 256 wide,
+      CLIP ViT-B/16 geometry) through `generate`: guided sampling through the prior with the
+      prior's blocks unchecked vs checkpointed (the latents should be bitwise equal), then
+      under --memory-budget 8GiB;
+  (c) the prior-guidance bench at the published prior shape (f32 and bf16), `generate` with
+      its defaults on (b)'s models (64 prior steps), then end-to-end guidance on them (a short
+      chain, then its defaults);
+  (d) the other benches (guide, clip, render, checkpoint) on the GPU, unchecked vs checkpointed
+      and f32 vs bf16.
+Steps run in that order, so a short --budget keeps the first ones.
 
   --quick           only (a) on the GPU in bf16 and one guide bench (a smoke test, ~1 min)
+  --steps NAME,...  run only the steps of these names (as the step table names them; the
+                    published-* steps also need random-models), e.g. to rerun what a budget cut
   --out DIR         where runs and logs go (default: a new temporary folder)
   --budget SECONDS  stop starting new steps after this many seconds (default 420)
   -h, --help        this text
 
 Needs: the NVIDIA driver (nvidia-smi, libcuda.so.1), python3, and the CUDA 13 runtime
-libraries of a PyTorch cu13 install (found through python3, else `find`); libcurand ships in the
-archive's lib/. Exit codes: 0 all steps ran, 1 some step failed or was skipped, 2 usage or setup.
+libraries of a PyTorch cu13 install (found through python3, else `find`); libcurand comes from
+the archive's lib/, else from that install or anywhere `find` sees one. Exit codes: 0 all
+steps ran, 1 some step failed or was skipped, 2 usage or setup.
 EOF
 }
 
 die_usage() { echo "gpu-check.sh: $1 (see --help)" >&2; exit 2; }
 
 QUICK=0
+ONLY=""
 OUT=""
 BUDGET=420
 while [ $# -gt 0 ]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
     --quick) QUICK=1 ;;
+    --steps) [ $# -ge 2 ] && [ -n "$2" ] || die_usage "--steps needs step names"; ONLY=",$2,"; shift ;;
     --out) [ $# -ge 2 ] && [ -n "$2" ] || die_usage "--out needs a directory"; OUT=$2; shift ;;
     --budget)
       [ $# -ge 2 ] || die_usage "--budget needs a number of seconds"
@@ -63,7 +74,11 @@ CU13=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0
 if [ -z "$CU13" ] || [ ! -e "$CU13/libcublas.so.13" ]; then
   CU13=$(dirname "$(find / -name libcublas.so.13 -path '*cu13*' 2>/dev/null | head -1)" 2>/dev/null)
 fi
-export LD_LIBRARY_PATH="$ROOT/lib${CU13:+:$CU13}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+CURAND=""
+if [ ! -e "$ROOT/lib/libcurand.so.10" ] && { [ -z "$CU13" ] || [ ! -e "$CU13/libcurand.so.10" ]; }; then
+  CURAND=$(dirname "$(find / -name 'libcurand.so.10*' 2>/dev/null | head -1)" 2>/dev/null)
+fi
+export LD_LIBRARY_PATH="$ROOT/lib${CU13:+:$CU13}${CURAND:+:$CURAND}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if ldd "$BIN/clipsculpt" | grep -q 'not found'; then
   echo "gpu-check.sh: unresolved libraries (LD_LIBRARY_PATH=$LD_LIBRARY_PATH):" >&2
   ldd "$BIN/clipsculpt" | grep 'not found' >&2
@@ -77,6 +92,7 @@ left() { echo $((BUDGET - (SECONDS - START))); }
 # step NAME TIMEOUT CMD...: runs CMD with a time limit, logs it, records its status.
 step() {
   local name=$1 limit=$2; shift 2
+  case "$ONLY" in "" | *",$name,"*) ;; *) return 1 ;; esac
   if [ "$(left)" -lt 10 ]; then
     STEPS+=("| $name | skipped (time budget) | |"); FAILED=1; return 1
   fi
@@ -102,12 +118,49 @@ CS="$BIN/clipsculpt"
 GEN=(generate "a red cube" --formats glb,ply --preview-size 64)
 # (a) The embedded toy default: GPU f32, GPU bf16, CPU f32.
 step toy-gpu-bf16 120 "$CS" -q --device cuda --dtype bf16 "${GEN[@]}" --out "$OUT/toy-gpu-bf16"
+# The same again: the first process on a machine also pays the driver's compilation of the
+# kernels it uses (cached on disk for later processes).
+step toy-gpu-bf16-warm 120 "$CS" -q --device cuda --dtype bf16 "${GEN[@]}" --out "$OUT/toy-gpu-bf16-warm"
 if [ "$QUICK" = 0 ]; then
   step toy-gpu-f32 120 "$CS" -q --device cuda --dtype f32 "${GEN[@]}" --out "$OUT/toy-gpu-f32"
   step toy-cpu-f32 150 "$CS" -q --device cpu --dtype f32 "${GEN[@]}" --out "$OUT/toy-cpu-f32"
 fi
 
-# (b) Benches on the GPU.
+# (b) Random-weight models of published sizes: guided sampling through the prior with its blocks
+#     unchecked vs checkpointed (decoder chunks and CLIP blocks checkpointed in both).
+if [ "$QUICK" = 0 ]; then
+  if step random-models 90 "$CS" -q random-models "$OUT/published" --preset published; then
+    BIG=(generate "a red cube" --model "$OUT/published/shap_e" --clip "$OUT/published/clip"
+         --views 2 --resolution 64 --prior-steps 16 --grid 64 --formats glb
+         --preview-size 32 --eval-every 0 --explore off)
+    step published-blocks 120 "$CS" -q --device cuda "${BIG[@]}" --guide sampling \
+      --prior-checkpoint blocks --checkpoint blocks --out "$OUT/published-blocks"
+    step published-none 120 "$CS" -q --device cuda "${BIG[@]}" --guide sampling \
+      --prior-checkpoint none --checkpoint blocks --out "$OUT/published-none"
+    step published-budget 120 "$CS" -q --device cuda "${BIG[@]}" --guide sampling \
+      --memory-budget 8GiB --out "$OUT/published-budget"
+  fi
+fi
+
+# (c) The prior-guidance bench at the published prior shape (the fastest of 3 runs per row), the
+#     default settings at published size (64 prior steps, 29 of them guided), end to end.
+if [ "$QUICK" = 0 ]; then
+  step bench-prior-f32 120 env CLIPSCULPT_DEVICE=cuda CLIPSCULPT_DTYPE=f32 PRIOR_BENCH_REPEATS=3 "$BIN/bench-prior_guidance"
+  if [ -d "$OUT/published" ]; then
+    step published-default 180 "$CS" -q --device cuda generate "a wooden chair" --model "$OUT/published/shap_e" \
+      --clip "$OUT/published/clip" --formats glb --out "$OUT/published-default"
+  fi
+  step bench-prior-bf16 90 env CLIPSCULPT_DEVICE=cuda CLIPSCULPT_DTYPE=bf16 PRIOR_BENCH_REPEATS=3 "$BIN/bench-prior_guidance"
+  if [ -d "$OUT/published" ]; then
+    step published-e2e 120 "$CS" -q --device cuda "${BIG[@]}" --guide end-to-end --e2e-steps 4 \
+      --e2e-iterations 2 --out "$OUT/published-e2e"
+    step published-e2e-default 180 "$CS" -q --device cuda generate "a wooden chair" \
+      --model "$OUT/published/shap_e" --clip "$OUT/published/clip" --guide end-to-end \
+      --formats glb --out "$OUT/published-e2e-default"
+  fi
+fi
+
+# (d) The other benches on the GPU (last: the published-size runs matter more).
 bench() {  # bench NAME BINARY DTYPE [VAR=VALUE...]
   local name=$1 b=$2 dt=$3; shift 3
   step "$name" 60 env CLIPSCULPT_DEVICE=cuda CLIPSCULPT_DTYPE="$dt" CLIPSCULPT_BENCH_SIZE=gpu "$@" "$BIN/bench-$b"
@@ -123,18 +176,7 @@ if [ "$QUICK" = 0 ]; then
   bench bench-checkpoint-bf16 checkpoint bf16
 fi
 
-# (c) Random-weight models of published sizes, --checkpoint none vs blocks.
-if [ "$QUICK" = 0 ]; then
-  if step random-models 90 "$CS" -q random-models "$OUT/published" --preset published; then
-    BIG=(generate "a red cube" --model "$OUT/published/shap_e" --clip "$OUT/published/clip"
-         --steps 5 --views 2 --resolution 64 --prior-steps 16 --grid 64 --formats glb
-         --preview-size 32 --eval-every 0 --explore 0)
-    step published-blocks 120 "$CS" -q --device cuda "${BIG[@]}" --checkpoint blocks --out "$OUT/published-blocks"
-    step published-none 120 "$CS" -q --device cuda "${BIG[@]}" --checkpoint none --out "$OUT/published-none"
-  fi
-fi
-
-# (d) One markdown table from the reports, then the bench tables and the step log.
+# (e) One markdown table from the reports, then the bench tables and the step log.
 echo "## Runs (report.json)"
 echo
 python3 - "$OUT" <<'PY'
@@ -142,21 +184,26 @@ import json, os, sys
 out = sys.argv[1]
 mib = lambda b: "" if b is None else f"{b / 2**20:.0f}"
 rows = []
-for name in ["toy-cpu-f32", "toy-gpu-f32", "toy-gpu-bf16", "published-none", "published-blocks"]:
+for name in ["toy-cpu-f32", "toy-gpu-f32", "toy-gpu-bf16", "toy-gpu-bf16-warm", "published-none",
+             "published-blocks", "published-budget", "published-default", "published-e2e",
+             "published-e2e-default"]:
     p = os.path.join(out, name, "report.json")
     if not os.path.isfile(p):
         continue
     r = json.load(open(p))
     m, mem, s = r["mesh"], r["memory"], r["settings"]
     rel = mem["export_release"]
-    rows.append([name, mem["device"], mem["dtype"], str(s.get("clip_policy", "")),
+    sec, peak = r["seconds"], mem["peak_bytes"]
+    rows.append([name, mem["device"], mem["dtype"], str(s.get("mode", "")),
+                 str(s.get("sampling", {}).get("prior_policy", "")), str(s.get("clip_policy", "")),
                  f'{r["cosine_before"]:.4f} → {r["cosine_after"]:.4f}',
                  f'{m["vertices"]}/{m["faces"]}', f'{m["signed_volume"]:.4f}',
-                 f'{r["seconds"]["optimizing"]:.2f}', f'{r["seconds"]["total"]:.2f}',
-                 mib(mem["peak_bytes"]["optimizing"]), mib(mem["peak_bytes"]["export"]),
+                 f'{sec["sampling"]:.2f}', f'{sec["optimizing"]:.2f}', f'{sec["total"]:.2f}',
+                 mib(peak["sampling"]), mib(peak["optimizing"]), mib(peak["export"]),
                  f'{mib(rel["before"]["reserved_bytes"])} → {mib(rel["after"]["reserved_bytes"])}'])
-head = ["run", "device", "dtype", "CLIP policy", "cosine before → after", "vertices/faces",
-        "volume", "optimize s", "total s", "peak optimize MiB", "peak export MiB",
+head = ["run", "device", "dtype", "guide", "prior policy", "decoder/CLIP policy",
+        "cosine before → after", "vertices/faces", "volume", "sampling s", "optimize s",
+        "total s", "peak sampling MiB", "peak optimize MiB", "peak export MiB",
         "reserved MiB before → after trim"]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
@@ -177,6 +224,10 @@ if "toy-cpu-f32" in ref:
                   f'|Δ score after| = {abs(g["score_after"] - c["score_after"]):.2e}, '
                   f'vertices {g["mesh"]["vertices"]} vs {c["mesh"]["vertices"]}, '
                   f'volume {g["mesh"]["signed_volume"]:.4f} vs {c["mesh"]["signed_volume"]:.4f}')
+latents = [os.path.join(out, n, "latent.safetensors") for n in ["published-none", "published-blocks"]]
+if all(os.path.isfile(p) for p in latents):
+    same = open(latents[0], "rb").read() == open(latents[1], "rb").read()
+    print(f'- published latent, prior unchecked vs checkpointed: {"bitwise equal" if same else "DIFFERENT"}')
 PY
 echo
 echo "## Benches"

@@ -45,11 +45,6 @@ impl PeakMeter {
     pub fn peak_above_base(&self) -> usize {
         peak().saturating_sub(self.base)
     }
-
-    /// Live bytes above the phase's start now.
-    pub(crate) fn live_above_base(&self) -> usize {
-        current().saturating_sub(self.base)
-    }
 }
 
 /// Formats a byte count as MiB with one decimal.

@@ -388,8 +388,8 @@ impl PriorTransformer {
     }
 
     /// The checkpoint plan of the blocks for input `h`. A byte budget needs the blocks' memory
-    /// costs: every block has the same shape, so one block is measured (forward and backward on
-    /// the CPU's counting allocator) and its cost, cached per input shape, stands for all. The
+    /// costs: every block has the same shape, so one block is measured (forward and backward, on
+    /// the device's memory meter) and its cost, cached per input shape, stands for all. The
     /// layers around the blocks (input projection, output norm and projection to twice the width,
     /// the guidance combination) hold [`OUTER_INPUTS`] block inputs' worth of the budget.
     fn plan(&self, policy: &Policy, h: &Tensor) -> Result<Plan> {
@@ -409,8 +409,9 @@ impl PriorTransformer {
             .map_err(|e| candle_core::Error::Msg(format!("prior checkpoint plan: {e}")))
     }
 
-    /// One block's measured cost for inputs shaped like `h` (cached); `None` where the counting
-    /// allocator is not installed or the device is not the CPU.
+    /// One block's measured cost for inputs shaped like `h` (cached); `None` where the device
+    /// has no high-water mark (a CPU without the counting allocator, a CUDA device without a
+    /// memory pool).
     fn block_cost(&self, block: &PriorBlock, h: &Tensor) -> Result<Option<BlockCost>> {
         let mut cache = self
             .block_costs

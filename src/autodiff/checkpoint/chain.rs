@@ -8,8 +8,8 @@ use candle_core::{Result, Tensor, Var};
 use super::budget::BlockCost;
 use super::plan::Plan;
 use super::segment::recompute_unchunked;
-use crate::autodiff::memory;
 use crate::autodiff::vjp::{attach, backward_with_grad, Vjp};
+use crate::device::memory::{has_peak, SpanMeter};
 
 /// One block of a chain: `x -> block(x, context)`.
 ///
@@ -116,15 +116,15 @@ fn forward_all<B: Block>(blocks: &[B], x: &Tensor, context: &[Tensor]) -> Result
 }
 
 /// Measures each block's [`BlockCost`] by running it once forward and backward from `x` under
-/// the counting allocator (CPU), and its hand-written VJP when it has one and `context` tracks no
-/// gradient (else checkpointed segments recompute with a graph). Returns `None` when the counting
-/// allocator is not installed.
+/// the device's meter (CPU: the counting allocator; CUDA: the memory pool), and its hand-written
+/// VJP when it has one and `context` tracks no gradient (else checkpointed segments recompute with
+/// a graph). Returns `None` when the device has no high-water mark (`device::memory::has_peak`).
 pub fn measure_costs<B: Block>(
     blocks: &[B],
     x: &Tensor,
     context: &[Tensor],
 ) -> Result<Option<Vec<BlockCost>>> {
-    if !memory::is_counting() || !x.device().is_cpu() {
+    if !has_peak(x.device()) {
         return Ok(None);
     }
     let context_tracks = context.iter().any(|t| t.track_op());
@@ -133,13 +133,15 @@ pub fn measure_costs<B: Block>(
     for b in blocks {
         let input_bytes = h.elem_count() * h.dtype().size_in_bytes();
         let var = Var::from_tensor(&h)?;
-        let meter = memory::PeakMeter::start();
+        let Some(meter) = SpanMeter::start(x.device())? else {
+            return Ok(None);
+        };
         let out = b.forward(var.as_tensor(), context)?;
-        let graph_bytes = meter.live_above_base();
+        let graph_bytes = meter.live_above_base()?;
         let next = out.detach();
         let g = next.ones_like()?;
         drop(backward_with_grad(&out, &g)?);
-        let backward_bytes = meter.peak_above_base().saturating_sub(graph_bytes);
+        let backward_bytes = meter.peak_above_base()?.saturating_sub(graph_bytes);
         drop((out, var, meter));
         let vjp_bytes = if context_tracks {
             None
@@ -160,7 +162,9 @@ pub fn measure_costs<B: Block>(
 /// Peak bytes above the live heap while `b`'s hand-written VJP runs at `x` with output gradient
 /// `g`; `None` when it has none.
 fn vjp_peak<B: Block>(b: &B, x: &Tensor, context: &[Tensor], g: &Tensor) -> Result<Option<usize>> {
-    let meter = memory::PeakMeter::start();
+    let Some(meter) = SpanMeter::start(x.device())? else {
+        return Ok(None);
+    };
     let gx = b.input_vjp(x, context, g)?;
-    Ok(gx.map(|_| meter.peak_above_base()))
+    gx.map(|_| meter.peak_above_base()).transpose()
 }

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// The peak a nested span reset away ([`super::SpanMeter`]); [`peak`] reports at least it.
+static FLOOR: AtomicUsize = AtomicUsize::new(0);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// The system allocator with live-byte and peak counters.
@@ -63,11 +65,18 @@ pub fn current() -> usize {
 /// Highest live heap bytes since the last [`reset_peak`].
 pub(crate) fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
+        .max(FLOOR.load(Ordering::Relaxed))
 }
 
 /// Sets the peak to the current live bytes and returns them (the baseline of a phase).
 pub(crate) fn reset_peak() -> usize {
     let now = current();
+    FLOOR.store(0, Ordering::Relaxed);
     PEAK.store(now, Ordering::Relaxed);
     now
+}
+
+/// Makes [`peak`] report at least `bytes` until the next [`reset_peak`].
+pub(super) fn raise_floor(bytes: usize) {
+    FLOOR.fetch_max(bytes, Ordering::Relaxed);
 }

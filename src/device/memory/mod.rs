@@ -10,6 +10,8 @@
 //!   `…_RESERVED_MEM_CURRENT`), and [`trim`] hands the unused reserve back with
 //!   `cuMemPoolTrimTo(pool, 0)`, the analogue of PyTorch's `torch.cuda.empty_cache()`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use candle_core::{Device, Result};
 use serde::Serialize;
 
@@ -77,11 +79,17 @@ pub fn synchronize(device: &Device) -> Result<()> {
     device.synchronize()
 }
 
+/// The CUDA counterpart of the host heap's floor: the peak a nested [`SpanMeter`] reset away.
+static DEVICE_FLOOR: AtomicU64 = AtomicU64::new(0);
+
 /// Starts a stage: the high-water mark is set to what is in use now.
 pub fn reset_peak(device: &Device) -> Result<()> {
     match device {
         #[cfg(feature = "cuda")]
-        Device::Cuda(_) => cuda::reset_peak(device),
+        Device::Cuda(_) => {
+            DEVICE_FLOOR.store(0, Ordering::Relaxed);
+            cuda::reset_peak(device)
+        }
         _ => {
             host::reset_peak();
             Ok(())
@@ -94,9 +102,71 @@ pub fn reset_peak(device: &Device) -> Result<()> {
 pub fn peak_bytes(device: &Device) -> Result<u64> {
     match device {
         #[cfg(feature = "cuda")]
-        Device::Cuda(_) => cuda::peak_bytes(device),
+        Device::Cuda(_) => Ok(cuda::peak_bytes(device)?.max(DEVICE_FLOOR.load(Ordering::Relaxed))),
         _ => Ok(host::peak() as u64),
     }
+}
+
+/// Whether [`peak_bytes`] tracks a high-water mark on `device`: the CPU with the counting
+/// allocator installed, a CUDA device that allocates from a pool.
+pub fn has_peak(device: &Device) -> bool {
+    match meter(device) {
+        Meter::HostHeap => host::is_counting(),
+        Meter::CudaPool => true,
+        Meter::CudaDevice => false,
+    }
+}
+
+/// Measures a span's bytes above its start on any device, also inside a stage: it resets the
+/// high-water mark when it starts, and when it is dropped the mark reached before it is carried
+/// over ([`peak_bytes`] reports at least that until the next [`reset_peak`]), so the enclosing
+/// stage's peak survives.
+pub struct SpanMeter<'a> {
+    device: &'a Device,
+    base: u64,
+    outer_peak: u64,
+}
+
+impl<'a> SpanMeter<'a> {
+    /// Starts the span; `None` where `device` has no high-water mark ([`has_peak`]).
+    pub fn start(device: &'a Device) -> Result<Option<Self>> {
+        if !has_peak(device) {
+            return Ok(None);
+        }
+        let outer_peak = peak_bytes(device)?;
+        reset_peak(device)?;
+        Ok(Some(Self {
+            device,
+            base: used_bytes(device)?,
+            outer_peak,
+        }))
+    }
+
+    /// Peak bytes above the span's start so far.
+    pub fn peak_above_base(&self) -> Result<usize> {
+        Ok(peak_bytes(self.device)?.saturating_sub(self.base) as usize)
+    }
+
+    /// Live bytes above the span's start now.
+    pub fn live_above_base(&self) -> Result<usize> {
+        Ok(used_bytes(self.device)?.saturating_sub(self.base) as usize)
+    }
+}
+
+impl Drop for SpanMeter<'_> {
+    fn drop(&mut self) {
+        if self.device.is_cpu() {
+            host::raise_floor(self.outer_peak as usize);
+        } else {
+            DEVICE_FLOOR.fetch_max(self.outer_peak, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Bytes in live allocations on `device` now (the pool's used bytes on CUDA, the live heap on the
+/// CPU). Synchronises the device first.
+pub fn used_bytes(device: &Device) -> Result<u64> {
+    Ok(snapshot(device)?.used_bytes)
 }
 
 /// What the device holds now. Synchronises the device first.
