@@ -159,7 +159,7 @@ pub fn measure_costs<B: Block>(
     Ok(Some(costs))
 }
 
-/// Peak bytes above the live heap while `b`'s hand-written VJP runs at `x` with output gradient
+/// Peak bytes above what is live while `b`'s hand-written VJP runs at `x` with output gradient
 /// `g`; `None` when it has none.
 fn vjp_peak<B: Block>(b: &B, x: &Tensor, context: &[Tensor], g: &Tensor) -> Result<Option<usize>> {
     let Some(meter) = SpanMeter::start(x.device())? else {
