@@ -65,7 +65,13 @@ impl DeviceSpec {
             Self::Cpu => Ok(Device::Cpu),
             Self::Cuda(n) => {
                 if cfg!(feature = "cuda") {
-                    Device::new_cuda(n)
+                    Device::new_cuda(n).map_err(|e| {
+                        candle_core::Error::Msg(format!(
+                            "cannot open CUDA device cuda:{n}: {}; check that `nvidia-smi` lists \
+                             it and that the NVIDIA driver loads",
+                            without_backtrace(e)
+                        ))
+                    })
                 } else {
                     Err(candle_core::Error::Msg(format!(
                         "device cuda:{n} requested but clipsculpt was built without CUDA; \
@@ -74,6 +80,15 @@ impl DeviceSpec {
                 }
             }
         }
+    }
+}
+
+/// `e` without the backtrace candle attaches to driver errors (a user needs the error, not the
+/// frames).
+fn without_backtrace(e: candle_core::Error) -> candle_core::Error {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(*inner),
+        e => e,
     }
 }
 
@@ -140,6 +155,16 @@ impl fmt::Display for Precision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A driver error reaches the user as its message, without candle's backtrace frames.
+    #[test]
+    fn device_errors_drop_the_backtrace() {
+        let e = candle_core::Error::WithBacktrace {
+            inner: Box::new(candle_core::Error::Msg("driver says no".into())),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        assert_eq!(without_backtrace(e).to_string(), "driver says no");
+    }
 
     #[test]
     fn parses_precisions() {
