@@ -46,6 +46,29 @@ fn bad_arguments_are_usage_errors() {
     }
 }
 
+/// `train-toy` refuses bad flags before it creates its output folder.
+#[test]
+fn train_toy_refuses_bad_flags_without_leaving_a_folder() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("world");
+    let out_arg = out.to_str().unwrap();
+    for args in [
+        &["train-toy", "--out", out_arg, "--prior-mixup", "2"][..],
+        &[
+            "train-toy",
+            "--out",
+            out_arg,
+            "--prior-mixup",
+            "0.5",
+            "--prior-uncaptioned-held-out",
+        ],
+    ] {
+        let o = clipsculpt(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(!out.exists(), "{args:?} left {}", out.display());
+    }
+}
+
 /// `info --model toy` describes the Shap-E pipeline (prior, decoder, scheduler, sampling, text
 /// encoder), not only its folder.
 #[test]

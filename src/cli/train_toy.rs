@@ -108,7 +108,6 @@ pub(super) struct TrainToy {
 impl TrainToy {
     pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         let device = cx.open_device()?;
-        ensure_writable(&self.out)?;
         let mut settings = if self.quick {
             ToyTrainSettings::quick(self.seed)
         } else {
@@ -179,6 +178,8 @@ impl TrainToy {
         if let Some(h) = &self.held_out {
             settings.held_out = parse_split(h).map_err(|e| anyhow::anyhow!("--held-out: {e}"))?;
         }
+        // Only once every flag is known good, so that a refused command leaves no folder behind.
+        ensure_writable(&self.out)?;
         let bar = RefCell::new(spinner(true));
         let log = train_toy(&self.out, &settings, &device, |p| match p {
             TrainProgress::Stage(name, steps) => {
