@@ -111,7 +111,7 @@ pub fn peak_bytes(device: &Device) -> Result<u64> {
 /// allocator installed, a CUDA device that allocates from a pool.
 pub fn has_peak(device: &Device) -> bool {
     match meter(device) {
-        Meter::HostHeap => host::is_counting(),
+        Meter::HostHeap => device.is_cpu() && host::is_counting(),
         Meter::CudaPool => true,
         Meter::CudaDevice => false,
     }
