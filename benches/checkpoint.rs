@@ -138,9 +138,8 @@ fn chain_policies(env: &BenchEnv) -> Result<()> {
         None => println!("## Residual MLP chain: {n} blocks, d {d}, hidden {h}, {rows} rows\n"),
     }
 
-    // One run: peak bytes above the start (host heap; the device's high-water mark elsewhere),
-    // seconds, the input gradient.
-    let on_cpu = dev.is_cpu();
+    // One run: peak bytes above the start (host heap; the device's high-water mark above what
+    // was in use at the start elsewhere), seconds, the input gradient.
     let run_once = |policy: Policy| -> Result<(usize, f64, Tensor)> {
         let plan = policy
             .plan(n, costs.as_deref())
@@ -154,12 +153,7 @@ fn chain_policies(env: &BenchEnv) -> Result<()> {
         };
         drop(g);
         let m = span.finish(env)?;
-        let peak = if on_cpu {
-            m.host_peak
-        } else {
-            m.device_peak as usize
-        };
-        Ok((peak, m.seconds, grad))
+        Ok((m.activation_peak(env), m.seconds, grad))
     };
     // Rounds interleave the policies so that machine noise hits them alike; medians are reported.
     let mut policies = vec![

@@ -35,7 +35,7 @@ use clipsculpt::shap_e::{
     Denoiser, HeunDiscreteScheduler, PriorTransformer, SamplerChain, SchedulerConfig,
 };
 use clipsculpt::toy::random::random_frozen_in;
-use common::{BenchEnv, Measured, Size};
+use common::{BenchEnv, Size};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -84,22 +84,6 @@ struct Run {
     grad: Tensor,
 }
 
-/// A started measurement: the bytes in use before it (the GPU's base) and the span.
-fn start(env: &BenchEnv) -> Result<(u64, common::Span)> {
-    let base = used_bytes(&env.device)?;
-    Ok((base, env.start()?))
-}
-
-/// The activation peak of a finished span: the host heap above the span's start on the CPU, the
-/// device pool's high-water mark above `base` on a GPU.
-fn activation_peak(env: &BenchEnv, base: u64, m: &Measured) -> usize {
-    if env.device.is_cpu() {
-        m.host_peak
-    } else {
-        m.device_peak.saturating_sub(base) as usize
-    }
-}
-
 /// The guided step, run `PRIOR_BENCH_REPEATS` times (default 1; a GPU step takes milliseconds):
 /// the fastest time and the highest peak.
 fn guided_step(
@@ -135,7 +119,7 @@ fn guided_step_once(
     while sched.step_number() < 40 {
         sched.step(&dummy, &dummy)?;
     }
-    let (base, span) = start(env)?;
+    let span = env.start()?;
     let x = Var::from_tensor(&inputs.x)?;
     let x0 = denoiser.x0(&sched, x.as_tensor(), policy)?;
     let loss = (x0 * &inputs.w)?.sum_all()?;
@@ -146,7 +130,7 @@ fn guided_step_once(
         .ok_or_else(|| candle_core::Error::Msg("no gradient reached x".into()))?;
     let m = span.finish(env)?;
     Ok(Run {
-        peak: activation_peak(env, base, &m),
+        peak: m.activation_peak(env),
         seconds: m.seconds,
         grad,
     })
@@ -306,7 +290,7 @@ fn chain_step(
 ) -> Result<Run> {
     let sched = HeunDiscreteScheduler::new(&SchedulerConfig::shap_e(), 64)?;
     let chain = SamplerChain::new(prior, &sched, 64 - n, 15.0, blocks)?;
-    let (base, span) = start(env)?;
+    let span = env.start()?;
     let x = Var::from_tensor(&(&inputs.x * (chain.sigma() as f64 / 2.0))?)?;
     let z = chain.run(x.as_tensor(), &inputs.text, &steps)?;
     let grads = (z * &inputs.w)?.sum_all()?.backward()?;
@@ -316,7 +300,7 @@ fn chain_step(
         .ok_or_else(|| candle_core::Error::Msg("no gradient reached x".into()))?;
     let m = span.finish(env)?;
     Ok(Run {
-        peak: activation_peak(env, base, &m),
+        peak: m.activation_peak(env),
         seconds: m.seconds,
         grad,
     })

@@ -94,14 +94,15 @@ impl BenchEnv {
         ))
     }
 
-    /// Starts a timed, metered span: synchronises, resets the device's high-water mark and the
-    /// host heap meter, starts the clock.
+    /// Starts a timed, metered span: synchronises, notes the device's bytes in use, resets the
+    /// device's high-water mark and the host heap meter, starts the clock.
     pub fn start(&self) -> Result<Span> {
-        device_memory::synchronize(&self.device)?;
+        let device_base = device_memory::used_bytes(&self.device)?;
         device_memory::reset_peak(&self.device)?;
         let host = PeakMeter::start();
         Ok(Span {
             host,
+            device_base,
             t: Instant::now(),
         })
     }
@@ -110,6 +111,7 @@ impl BenchEnv {
 /// A timed, metered span ([`BenchEnv::start`]).
 pub struct Span {
     host: PeakMeter,
+    device_base: u64,
     t: Instant,
 }
 
@@ -122,6 +124,20 @@ pub struct Measured {
     pub host_peak: usize,
     /// The device's high-water mark (absolute: weights included). On the CPU the host heap's.
     pub device_peak: u64,
+    /// The device's high-water mark above the bytes in use at the span's start.
+    pub device_above_start: u64,
+}
+
+impl Measured {
+    /// The span's peak above its start on the bench's device: the host heap on the CPU, the
+    /// device's high-water mark elsewhere.
+    pub fn activation_peak(&self, env: &BenchEnv) -> usize {
+        if env.device.is_cpu() {
+            self.host_peak
+        } else {
+            self.device_above_start as usize
+        }
+    }
 }
 
 impl Span {
@@ -129,10 +145,12 @@ impl Span {
     pub fn finish(self, env: &BenchEnv) -> Result<Measured> {
         device_memory::synchronize(&env.device)?;
         let seconds = self.t.elapsed().as_secs_f64();
+        let device_peak = device_memory::peak_bytes(&env.device)?;
         Ok(Measured {
             seconds,
             host_peak: self.host.peak_above_base(),
-            device_peak: device_memory::peak_bytes(&env.device)?,
+            device_peak,
+            device_above_start: device_peak.saturating_sub(self.device_base),
         })
     }
 }
