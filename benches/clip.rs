@@ -10,8 +10,9 @@
 //!
 //! Device-generic (`benches/common`): `CLIPSCULPT_DEVICE=cuda`, `CLIPSCULPT_DTYPE=bf16`;
 //! `CLIPSCULPT_BENCH_SIZE=gpu` runs the ViT-B/16 and ViT-L/14 geometries on 32 images, `tiny` a
-//! smoke run. The device is synchronised around each timing; "device peak" is the CUDA pool's
-//! high-water mark (the host heap on the CPU).
+//! smoke run. The device is synchronised around each timing; the peak columns count bytes above the
+//! span's start on the bench's device (the CUDA pool on a GPU), and "device peak" is the device's
+//! absolute high-water mark (weights included).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -61,7 +62,7 @@ fn run(
     let gnorm = g.sqr()?.sum_all()?.sqrt()?.to_scalar::<f32>()?;
     drop(grads);
     let m = span.finish(env)?;
-    Ok((m.host_peak, m.seconds, m.device_peak, gnorm))
+    Ok((m.activation_peak(env), m.seconds, m.device_peak, gnorm))
 }
 
 fn vit(width: usize, layers: usize, heads: usize, patch: usize, image: usize) -> ClipVisionConfig {

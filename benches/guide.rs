@@ -17,7 +17,9 @@
 //! still overrides), 64 stratified + 64 importance samples, ray chunks of 4096, the ViT-B/16 and
 //! ViT-L/14 vision towers (checkpointed only unless `GUIDE_BENCH_CKPT` says otherwise;
 //! `GUIDE_BENCH_VIEWS` overrides the views); `tiny` is a smoke run. The device is synchronised before the clock
-//! starts and stops; "device peak" is the CUDA pool's high-water mark (the host heap on the CPU).
+//! starts and stops; the peak columns count bytes above the step's start on the bench's device
+//! (the heap on the CPU, the CUDA pool on a GPU), and "device peak" is the device's absolute
+//! high-water mark (weights included).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -179,9 +181,9 @@ fn main() -> Result<()> {
                     let m = span.finish(&env)?;
                     best = Some(match best {
                         Some((s, p, d)) => {
-                            (s.min(m.seconds), p.max(m.host_peak), d.max(m.device_peak))
+                            (s.min(m.seconds), p.max(m.activation_peak(&env)), d.max(m.device_peak))
                         }
-                        None => (m.seconds, m.host_peak, m.device_peak),
+                        None => (m.seconds, m.activation_peak(&env), m.device_peak),
                     });
                 }
                 let Some((secs, peak, device_peak)) = best else {

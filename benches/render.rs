@@ -12,8 +12,9 @@
 //!
 //! Device-generic (`benches/common`): `CLIPSCULPT_DEVICE=cuda`, `CLIPSCULPT_DTYPE=bf16`;
 //! `CLIPSCULPT_BENCH_SIZE=gpu` renders 2 views (8192 rays) with chunks of 4096 and 1024 and
-//! unchecked, `tiny` is a smoke run. The device is synchronised around each timing; "device
-//! peak" is the CUDA pool's high-water mark (the host heap on the CPU).
+//! unchecked, `tiny` is a smoke run. The device is synchronised around each timing; the peak
+//! columns count bytes above the span's start on the bench's device (the CUDA pool on a GPU), and
+//! "device peak" is the device's absolute high-water mark (weights included).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -110,7 +111,7 @@ fn run(
     Ok(Row {
         label: label.to_string(),
         seconds: m.seconds,
-        peak: m.host_peak,
+        peak: m.activation_peak(env),
         device_peak: m.device_peak,
     })
 }
