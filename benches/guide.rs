@@ -180,9 +180,11 @@ fn main() -> Result<()> {
                     )?;
                     let m = span.finish(&env)?;
                     best = Some(match best {
-                        Some((s, p, d)) => {
-                            (s.min(m.seconds), p.max(m.activation_peak(&env)), d.max(m.device_peak))
-                        }
+                        Some((s, p, d)) => (
+                            s.min(m.seconds),
+                            p.max(m.activation_peak(&env)),
+                            d.max(m.device_peak),
+                        ),
                         None => (m.seconds, m.activation_peak(&env), m.device_peak),
                     });
                 }
