@@ -2,13 +2,15 @@
 //!
 //! Forward: `y = x̂·w + b`, `x̂ = (x − μ)·r`, `r = 1/√(var + eps)` (biased variance, as PyTorch).
 //! Backward, with `ĝ = g·w`: `dx = r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))`, `dw = Σ g·x̂`, `db = Σ g`.
-//! On the CPU `dx` is one fused pass over the rows (no input-sized temporaries besides `dx`).
+//! On the CPU `dx` is one fused pass over the rows (no input-sized temporaries besides `dx`);
+//! elsewhere composed ops over row chunks.
 
 use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 
 use super::contiguous_slice;
+use super::rows::{by_rows, CPU_FUSED};
 use crate::autodiff::vjp::{attach, Vjp};
 use crate::kernels::{ln_backward, ln_stats, Real};
 
@@ -71,7 +73,8 @@ pub(crate) fn layer_norm_input_grad(
     g: &Tensor,
     eps: f64,
 ) -> Result<Tensor> {
-    let fused = x.device().is_cpu()
+    let fused = CPU_FUSED
+        && x.device().is_cpu()
         && matches!(x.dtype(), DType::F32 | DType::F64)
         && w.dtype() == x.dtype()
         && g.dtype() == x.dtype();
@@ -79,12 +82,11 @@ pub(crate) fn layer_norm_input_grad(
         return input_grad(x, w, g, eps);
     }
     let dtype = x.dtype();
-    let (x, w, g) = (
-        x.to_dtype(DType::F32)?,
-        w.to_dtype(DType::F32)?,
-        g.to_dtype(DType::F32)?,
-    );
-    composed_input_grad(&x, &w, &g, eps)?.to_dtype(dtype)
+    let w = w.to_dtype(DType::F32)?;
+    by_rows(&[x, g], |p| {
+        let (x, g) = (p[0].to_dtype(DType::F32)?, p[1].to_dtype(DType::F32)?);
+        composed_input_grad(&x, &w, &g, eps)?.to_dtype(dtype)
+    })
 }
 
 /// `(x̂, r)`: the normalised rows and their `1/√(var + eps)`.

@@ -8,6 +8,7 @@ mod attention;
 mod layer_norm;
 mod linear;
 mod resize;
+mod rows;
 mod softmax;
 
 pub(crate) use activation::Activation;
