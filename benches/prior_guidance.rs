@@ -17,6 +17,8 @@
 //! `CLIPSCULPT_DEVICE=cuda` and `CLIPSCULPT_DTYPE=f32|bf16|f16` (`benches/common`) run it on a GPU
 //! with the prior's matrix weights in that dtype (default: f32 on the CPU, bf16 on CUDA);
 //! `PRIOR_BENCH_REPEATS=N` keeps the fastest of N runs of each step (the highest peak).
+//! `cargo bench --features composite-ops --bench prior_guidance` runs the composed ops a GPU runs
+//! on the CPU, whose heap counter then measures a GPU's activation bytes (not its time).
 //!
 //! `PRIOR_BENCH_CHAIN=N` instead measures end-to-end guidance through the last N Heun steps of 64
 //! (2N − 1 guided prior evaluations): the gradient of a fixed random projection of the finished
