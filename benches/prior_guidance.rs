@@ -94,11 +94,13 @@ fn guided_step(
     policy: &Policy,
     inputs: &Inputs,
 ) -> Result<Run> {
-    let repeats = std::env::var("PRIOR_BENCH_REPEATS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(1)
-        .max(1);
+    let repeats =
+        match std::env::var("PRIOR_BENCH_REPEATS") {
+            Ok(v) => v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                candle_core::Error::Msg(format!("PRIOR_BENCH_REPEATS={v}: a count"))
+            })?,
+            Err(_) => 1,
+        };
     let mut best = guided_step_once(env, prior, policy, inputs)?;
     for _ in 1..repeats {
         let run = guided_step_once(env, prior, policy, inputs)?;
