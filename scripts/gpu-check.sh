@@ -9,8 +9,9 @@ usage: gpu-check.sh [--quick] [--steps NAME,...] [--out DIR] [--budget SECONDS]
 
 Runs the prebuilt CUDA binary and benches of an unpacked dist archive
 (clipsculpt-cuda-smNN/{bin,lib,scripts}) and prints one markdown table:
-  (a) the embedded toy default on the GPU (f32 and bf16) and on the CPU (f32): CLIP cosines,
-      mesh statistics, seconds and peak memory from each report.json;
+  (a) the embedded toy default on the GPU (bf16 twice, since the first CUDA process on a machine
+      pays one-time costs, then f32) and on the CPU (f32): CLIP cosines, mesh statistics,
+      seconds and peak memory from each report.json;
   (b) random-weight models of published sizes (Shap-E prior 24 x 1024, decoder 256 wide,
       CLIP ViT-B/16 geometry) through `generate`: guided sampling through the prior with the
       prior's blocks unchecked vs checkpointed (the latents should be bitwise equal), then
