@@ -7,8 +7,9 @@
 //! frozen linear chain's weight dtype (the residual chain's own weights stay f32);
 //! `CLIPSCULPT_BENCH_SIZE=gpu` widens both (linear 4096 on 16384 rows, chain d 1024 / hidden 4096
 //! on 16384 rows), `tiny` is a smoke run. Timings synchronise the device; "device peak" is the
-//! CUDA pool's high-water mark (the host heap on the CPU). Byte-budget plans need the host
-//! meter, so they run on the CPU only.
+//! CUDA pool's absolute high-water mark (the host heap on the CPU), the policy and budget tables
+//! count bytes above each run's start. Byte-budget plans measure blocks on the device's meter (a
+//! CPU with the counting allocator, a CUDA device with a memory pool).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -215,7 +216,7 @@ fn chain_policies(env: &BenchEnv) -> Result<()> {
         );
     }
     let Some(costs) = costs else {
-        println!("\n(byte-budget plans need the host heap meter: CPU only)");
+        println!("\n(byte-budget plans need a device memory meter; this device has none)");
         return Ok(());
     };
     println!("\n### Budget policy (budgets as fractions of the chain's total graph bytes)\n");
