@@ -79,10 +79,7 @@ fn main() -> Result<()> {
     clipsculpt::autodiff::memory::keep_freed_pages();
     let env = BenchEnv::from_env()?;
     let dev = env.device.clone();
-    let repeats: usize = std::env::var("CLIP_BENCH_REPEATS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let repeats = common::repeats("CLIP_BENCH_REPEATS")?;
     let full_stack = std::env::var("CLIP_BENCH_FULL_STACK").is_ok_and(|v| v == "1");
     // transformers' defaults are openai/clip-vit-base-patch32's vision tower
     // (<https://huggingface.co/openai/clip-vit-base-patch32/blob/main/config.json>).

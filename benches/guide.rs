@@ -145,12 +145,7 @@ fn main() -> Result<()> {
         Some("ckpt") => vec![true],
         Some(other) => candle_core::bail!("GUIDE_BENCH_CKPT={other}: use none, ckpt or both"),
     };
-    let repeats: usize = match var("GUIDE_BENCH_REPEATS") {
-        None => 1,
-        Some(r) => r
-            .parse()
-            .map_err(|_| candle_core::Error::Msg(format!("GUIDE_BENCH_REPEATS={r}: a count")))?,
-    };
+    let repeats = common::repeats("GUIDE_BENCH_REPEATS")?;
     println!(
         "| CLIP | rays | checkpointing | seconds / step | peak bytes | peak | vs unchecked | device peak | peak RSS |"
     );

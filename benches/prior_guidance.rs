@@ -94,13 +94,7 @@ fn guided_step(
     policy: &Policy,
     inputs: &Inputs,
 ) -> Result<Run> {
-    let repeats =
-        match std::env::var("PRIOR_BENCH_REPEATS") {
-            Ok(v) => v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
-                candle_core::Error::Msg(format!("PRIOR_BENCH_REPEATS={v}: a count"))
-            })?,
-            Err(_) => 1,
-        };
+    let repeats = common::repeats("PRIOR_BENCH_REPEATS")?;
     let mut best = guided_step_once(env, prior, policy, inputs)?;
     for _ in 1..repeats {
         let run = guided_step_once(env, prior, policy, inputs)?;

@@ -45,6 +45,19 @@ fn bad(msg: String) -> candle_core::Error {
     candle_core::Error::Msg(msg)
 }
 
+/// A repeat count from the environment variable `key`: 1 when unset, an error unless a positive
+/// integer.
+pub fn repeats(key: &str) -> Result<usize> {
+    match var(key) {
+        None => Ok(1),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| bad(format!("{key}={v}: a positive count"))),
+    }
+}
+
 impl BenchEnv {
     /// Reads `CLIPSCULPT_DEVICE`, `CLIPSCULPT_DTYPE` and `CLIPSCULPT_BENCH_SIZE`.
     pub fn from_env() -> Result<Self> {
