@@ -131,7 +131,7 @@ echo "built $TARGET_DIR/release/clipsculpt for sm_$CAP in $((SECONDS - start)) s
 
 # 4. Shippable archive. xz with a large dictionary: the binaries share candle's kernels, so the
 #    copies compress against each other. libcurand does not shrink with strip.
-BENCHES="guide render clip checkpoint prior_guidance"
+BENCHES="guide render clip checkpoint prior_guidance kernel_load"
 json=$(mktemp)
 cargo bench --no-run --locked --features cuda --target-dir "$TARGET_DIR" \
   $(for b in $BENCHES; do printf -- '--bench %s ' "$b"; done) --message-format=json >"$json"

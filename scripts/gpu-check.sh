@@ -9,6 +9,8 @@ usage: gpu-check.sh [--quick] [--steps NAME,...] [--out DIR] [--budget SECONDS]
 
 Runs the prebuilt CUDA binary and benches of an unpacked dist archive
 (clipsculpt-cuda-smNN/{bin,lib,scripts}) and prints one markdown table:
+  (0) the one-time costs of a fresh machine: the first use of each kernel module with an empty
+      driver cache, the cache kept, and the cache disabled (bench-kernel_load);
   (a) the embedded toy default on the GPU (bf16 twice, since the first CUDA process on a machine
       pays one-time costs, then f32) and on the CPU (f32): CLIP cosines, mesh statistics,
       seconds and peak memory from each report.json;
@@ -116,8 +118,17 @@ nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
 echo
 
 CS="$BIN/clipsculpt"
+# (0) One-time costs of a fresh machine: the first use of each of candle's kernel modules, with an
+#     empty driver cache (CUDA_CACHE_PATH), the same cache again, and with the cache disabled.
+KL=(env CLIPSCULPT_DEVICE=cuda CLIPSCULPT_DTYPE=f32 "$BIN/bench-kernel_load")
+step bench-kernel-cold 60 env CUDA_CACHE_PATH="$OUT/nv-cache" "${KL[@]}"
+step bench-kernel-cached 60 env CUDA_CACHE_PATH="$OUT/nv-cache" "${KL[@]}"
+[ "$QUICK" = 1 ] || step bench-kernel-nocache 60 env CUDA_CACHE_DISABLE=1 "${KL[@]}"
+[ -d "$OUT/nv-cache" ] && echo "driver cache after the kernel probes: $(du -sh "$OUT/nv-cache" | cut -f1)" | tee -a "$LOG"
+
 GEN=(generate "a red cube" --formats glb,ply --preview-size 64)
-# (a) The embedded toy default: GPU f32, GPU bf16, CPU f32.
+# (a) The embedded toy default: GPU f32, GPU bf16, CPU f32. The first run is the machine's first
+#     with the default driver cache (~/.nv/ComputeCache), unless CUDA_CACHE_PATH is set.
 step toy-gpu-bf16 120 "$CS" -q --device cuda --dtype bf16 "${GEN[@]}" --out "$OUT/toy-gpu-bf16"
 # The same again: the first process on a machine also pays the driver's compilation of the
 # kernels it uses (cached on disk for later processes).
@@ -200,11 +211,12 @@ for name in ["toy-cpu-f32", "toy-gpu-f32", "toy-gpu-bf16", "toy-gpu-bf16-warm", 
                  str(s.get("sampling", {}).get("prior_policy", "")), str(s.get("clip_policy", "")),
                  f'{r["cosine_before"]:.4f} → {r["cosine_after"]:.4f}',
                  f'{m["vertices"]}/{m["faces"]}', f'{m["signed_volume"]:.4f}',
-                 f'{sec["sampling"]:.2f}', f'{sec["optimizing"]:.2f}', f'{sec["total"]:.2f}',
+                 f'{sec["scoring"]:.2f}', f'{sec["sampling"]:.2f}', f'{sec["optimizing"]:.2f}',
+                 f'{sec["total"]:.2f}',
                  mib(peak["sampling"]), mib(peak["optimizing"]), mib(peak["export"]),
                  f'{mib(rel["before"]["reserved_bytes"])} → {mib(rel["after"]["reserved_bytes"])}'])
 head = ["run", "device", "dtype", "guide", "prior policy", "decoder/CLIP policy",
-        "cosine before → after", "vertices/faces", "volume", "sampling s", "optimize s",
+        "cosine before → after", "vertices/faces", "volume", "scoring s", "sampling s", "optimize s",
         "total s", "peak sampling MiB", "peak optimize MiB", "peak export MiB",
         "reserved MiB before → after trim"]
 print("| " + " | ".join(head) + " |")
@@ -238,7 +250,7 @@ for f in "$OUT"/bench-*.out; do
   echo
   echo "### $(basename "$f" .out)"
   echo
-  grep -E '^(\||device |## |weights)' "$f"
+  grep -E '^(\||device |## |weights|CUDA_)' "$f"
 done
 echo
 echo "## Steps ($((SECONDS - START)) s; outputs in $OUT)"
