@@ -33,11 +33,15 @@ const PROBES: [(&str, Probe); 12] = [
     ("binary (add)", |x, _| x.add(x)),
     ("cast (f32→bf16)", |x, _| x.to_dtype(DType::BF16)),
     ("reduce (sum)", |x, _| x.sum_keepdim(0)),
-    ("ternary (where)", |x, _| x.ge(0f32)?.where_cond(x, &x.neg()?)),
+    ("ternary (where)", |x, _| {
+        x.ge(0f32)?.where_cond(x, &x.neg()?)
+    }),
     ("indexing (index_select)", |x, d| {
         x.index_select(&Tensor::new(&[3u32, 1, 2], d)?, 0)
     }),
-    ("sort (arg_sort)", |x, _| x.reshape((64, 64))?.arg_sort_last_dim(true)),
+    ("sort (arg_sort)", |x, _| {
+        x.reshape((64, 64))?.arg_sort_last_dim(true)
+    }),
     ("conv (upsample)", |x, _| {
         x.reshape((1, 1, 64, 64))?.upsample_nearest2d(128, 128)
     }),
