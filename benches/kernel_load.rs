@@ -10,6 +10,9 @@
 //! CUDA_CACHE_PATH=$(mktemp -d) CLIPSCULPT_DEVICE=cuda cargo bench --features cuda --bench kernel_load
 //! ```
 //!
+//! `generate` and the other commands compile these modules while they load the models
+//! (`clipsculpt::device::load_kernels`); this bench loads them one op at a time, as candle does.
+//!
 //! Prints one markdown row per step: milliseconds for the first call (the module's load included)
 //! and for the second. On the CPU every row is a plain op (nothing to load).
 
@@ -64,10 +67,11 @@ fn main() -> Result<()> {
     let env = BenchEnv::from_env()?;
     let open_ms = millis(&env, t)?;
     println!("{}", env.describe()?);
+    let var = |k| std::env::var(k).unwrap_or_else(|_| "(unset)".into());
     println!(
         "CUDA_CACHE_PATH={}, CUDA_CACHE_DISABLE={}",
-        std::env::var("CUDA_CACHE_PATH").unwrap_or_else(|_| "(unset)".into()),
-        std::env::var("CUDA_CACHE_DISABLE").unwrap_or_else(|_| "(unset)".into())
+        var("CUDA_CACHE_PATH"),
+        var("CUDA_CACHE_DISABLE")
     );
     println!();
     println!("| step | first call ms | second call ms |");

@@ -2,6 +2,8 @@
 //! [`Device`]; `--dtype f32|bf16|f16` parsed into a [`Precision`]; per-device memory accounting in
 //! [`memory`]. The library never assumes the CPU: every tensor is created on the device it is given.
 
+#[cfg(feature = "cuda")]
+mod kernels;
 pub mod memory;
 
 use std::fmt;
@@ -80,6 +82,18 @@ impl DeviceSpec {
                 }
             }
         }
+    }
+}
+
+/// Compiles the kernels of candle's CUDA ops on `device` now rather than at their first use
+/// ([`kernels`]); returns the seconds it took (0 on other devices).
+pub(crate) fn load_kernels(device: &Device) -> candle_core::Result<f64> {
+    #[cfg(feature = "cuda")]
+    return kernels::load(device);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device;
+        Ok(0.0)
     }
 }
 

@@ -71,6 +71,7 @@ impl Models {
     ) -> Result<Models> {
         let start = Instant::now();
         device_memory::reset_peak(device)?;
+        crate::device::load_kernels(device)?;
         let dtype = precision.dtype();
         let shap_e = ShapE::load(shap_e_dir, dtype, device)
             .with_context(|| format!("loading the Shap-E pipeline in {}", shap_e_dir.display()))?;

@@ -1,0 +1,54 @@
+//! candle's CUDA kernels compiled while the models load, not at the first op that needs them.
+//!
+//! candle ships its kernels as PTX text, one module per kind of op (binary, unary, indexing, …),
+//! and loads a module the first time an op needs it. The driver then compiles the whole module to
+//! the GPU's machine code and keeps the result in its disk cache (`CUDA_CACHE_PATH`, by default
+//! `~/.nv/ComputeCache`; about 12 MB for these modules). With an empty cache that took 21–26 s on
+//! an H200 machine, 8–11 s of it for the binary ops; with the cache, under 0.1 s. Compiling
+//! modules on several threads at once was no faster (the driver compiled them one at a time).
+//!
+//! [`load`] loads the modules the pipeline's ops use into candle's own store, so that the one-time
+//! cost of a fresh machine (or an empty cache) falls in the loading stage, with a message saying
+//! where the cache is, instead of in the first stage that computes (`docs/gpu.md`).
+
+use std::time::Instant;
+
+use candle_core::cuda_backend::kernels::{self, Module};
+use candle_core::{Device, Result};
+
+/// The modules of the ops the pipeline runs, each with one of its kernels (candle loads a module
+/// through one of its functions); not the quantized, convolution or sorting kernels.
+static MODULES: [(Module, &str); 8] = [
+    (kernels::AFFINE, "affine_f32"),
+    (kernels::BINARY, "badd_f32"),
+    (kernels::CAST, "cast_f32_bf16"),
+    (kernels::FILL, "copy2d_f32"),
+    (kernels::INDEXING, "is_u32_f32"),
+    (kernels::REDUCE, "sum_f32"),
+    (kernels::TERNARY, "where_u8_f32"),
+    (kernels::UNARY, "uexp_f32"),
+];
+
+/// Slower than this, [`load`] says where the compiled kernels are cached.
+const SLOW_SECONDS: f64 = 1.0;
+
+/// Loads [`MODULES`] on `device` (nothing on other devices); returns the seconds it took.
+pub(super) fn load(device: &Device) -> Result<f64> {
+    let Ok(cuda) = device.as_cuda_device() else {
+        return Ok(0.0);
+    };
+    let t = Instant::now();
+    for (module, function) in &MODULES {
+        cuda.get_or_load_func(function, module)?;
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    if seconds > SLOW_SECONDS {
+        let cache =
+            std::env::var("CUDA_CACHE_PATH").unwrap_or_else(|_| "~/.nv/ComputeCache".into());
+        tracing::info!(
+            "compiled candle's CUDA kernels in {seconds:.1} s; the driver caches them in {cache} \
+             (CUDA_CACHE_PATH), so later runs with that cache skip this"
+        );
+    }
+    Ok(seconds)
+}
