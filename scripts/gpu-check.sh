@@ -121,9 +121,11 @@ CS="$BIN/clipsculpt"
 # (0) One-time costs of a fresh machine: the first use of each of candle's kernel modules with an
 #     empty driver cache (CUDA_CACHE_PATH), then with the cache kept.
 KL=(env CLIPSCULPT_DEVICE=cuda CLIPSCULPT_DTYPE=f32 "$BIN/bench-kernel_load")
-step bench-kernel-cold 60 env CUDA_CACHE_PATH="$OUT/nv-cache" "${KL[@]}"
-step bench-kernel-cached 60 env CUDA_CACHE_PATH="$OUT/nv-cache" "${KL[@]}"
-[ -d "$OUT/nv-cache" ] && echo "driver cache after the kernel probes: $(du -sh "$OUT/nv-cache" | cut -f1)" | tee -a "$LOG"
+if [ "$QUICK" = 0 ]; then
+  step bench-kernel-cold 60 env CUDA_CACHE_PATH="$OUT/nv-cache" "${KL[@]}"
+  step bench-kernel-cached 60 env CUDA_CACHE_PATH="$OUT/nv-cache" "${KL[@]}"
+  [ -d "$OUT/nv-cache" ] && echo "driver cache after the kernel probes: $(du -sh "$OUT/nv-cache" | cut -f1)" | tee -a "$LOG"
+fi
 
 GEN=(generate "a red cube" --formats glb,ply --preview-size 64)
 # (a) The embedded toy default: GPU f32, GPU bf16, CPU f32. The first run is the machine's first
