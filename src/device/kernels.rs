@@ -32,10 +32,10 @@ static MODULES: [(Module, &str); 8] = [
 /// Slower than this, [`load`] says where the compiled kernels are cached.
 const SLOW_SECONDS: f64 = 1.0;
 
-/// Loads [`MODULES`] on `device` (nothing on other devices); returns the seconds it took.
-pub(super) fn load(device: &Device) -> Result<f64> {
+/// Loads [`MODULES`] on `device` (nothing on other devices).
+pub(super) fn load(device: &Device) -> Result<()> {
     let Ok(cuda) = device.as_cuda_device() else {
-        return Ok(0.0);
+        return Ok(());
     };
     let t = Instant::now();
     for (module, function) in &MODULES {
@@ -50,5 +50,5 @@ pub(super) fn load(device: &Device) -> Result<f64> {
              (CUDA_CACHE_PATH), so later runs with that cache skip this"
         );
     }
-    Ok(seconds)
+    Ok(())
 }

@@ -86,14 +86,14 @@ impl DeviceSpec {
 }
 
 /// Compiles the kernels of candle's CUDA ops on `device` now rather than at their first use
-/// ([`kernels`]); returns the seconds it took (0 on other devices).
-pub(crate) fn load_kernels(device: &Device) -> candle_core::Result<f64> {
+/// ([`kernels`]); nothing on other devices.
+pub(crate) fn load_kernels(device: &Device) -> candle_core::Result<()> {
     #[cfg(feature = "cuda")]
     return kernels::load(device);
     #[cfg(not(feature = "cuda"))]
     {
         let _ = device;
-        Ok(0.0)
+        Ok(())
     }
 }
 
