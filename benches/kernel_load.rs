@@ -11,7 +11,7 @@
 //! ```
 //!
 //! `generate` and the other commands compile these modules while they load the models
-//! (`clipsculpt::device::load_kernels`); this bench loads them one op at a time, as candle does.
+//! (`src/device/kernels.rs`); this bench loads them one op at a time, as candle does alone.
 //!
 //! Prints one markdown row per step: milliseconds for the first call (the module's load included)
 //! and for the second. On the CPU every row is a plain op (nothing to load).
