@@ -127,7 +127,7 @@ pub(crate) fn error_line(err: &anyhow::Error) -> String {
         }
         line.push_str(text);
     }
-    if let Some(hint) = io_hint(err) {
+    if let Some(hint) = io_hint(err).or_else(|| gpu_memory_hint(&line)) {
         if !line.contains(hint) {
             line.push_str("; ");
             line.push_str(hint);
@@ -158,6 +158,18 @@ fn io_hint(err: &anyhow::Error) -> Option<&'static str> {
         }
         _ => None,
     }
+}
+
+/// The fix for a GPU that ran out of memory (the driver's or cuBLAS's error, as candle words it).
+fn gpu_memory_hint(line: &str) -> Option<&'static str> {
+    ["CUDA_ERROR_OUT_OF_MEMORY", "CUBLAS_STATUS_ALLOC_FAILED"]
+        .iter()
+        .any(|code| line.contains(code))
+        .then_some(
+            "the GPU ran out of memory: pass --memory-budget with what the GPU has free, keep \
+             --checkpoint and --prior-checkpoint at blocks, or lower --views or --resolution, and \
+             run again",
+        )
 }
 
 /// The whole program: parses the command line, sets up logging, runs the command and returns
@@ -224,5 +236,18 @@ mod tests {
         );
         let multi = anyhow::anyhow!("3 problems:\n  a\n  b").context("loading");
         assert_eq!(error_line(&multi), "loading: 3 problems: a; b");
+    }
+
+    /// A GPU out of memory (as candle words cudarc's error) gets the flags that lower memory; other
+    /// driver errors get no such hint.
+    #[test]
+    fn gpu_out_of_memory_names_the_fix() {
+        let oom = anyhow::anyhow!(r#"DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")"#)
+            .context("guided sampling");
+        let line = error_line(&oom);
+        assert!(line.starts_with("guided sampling: DriverError"), "{line}");
+        assert!(line.contains("--memory-budget"), "{line}");
+        let other = anyhow::anyhow!(r#"DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, "illegal")"#);
+        assert!(!error_line(&other).contains("--memory-budget"));
     }
 }
