@@ -27,6 +27,13 @@ impl Info {
             "hf cache: HF_HUB_OFFLINE={} (cache in $HF_HOME, default ~/.cache/huggingface)",
             cx.hub.offline
         );
+        if cfg!(feature = "cuda") {
+            let cache = crate::device::kernel_cache::folder_from_env();
+            println!(
+                "{}",
+                crate::device::kernel_cache::describe(cache.as_deref())
+            );
+        }
         let roots = toy_roots();
         match roots.iter().find(|r| r.is_dir()) {
             Some(r) => println!("toy models: {}", r.display()),

@@ -53,12 +53,17 @@ pub(super) fn load(device: &Device) -> Result<()> {
     }
     let seconds = t.elapsed().as_secs_f64();
     if seconds > SLOW_SECONDS {
-        let cache =
-            std::env::var("CUDA_CACHE_PATH").unwrap_or_else(|_| "~/.nv/ComputeCache".into());
-        tracing::info!(
-            "compiled candle's CUDA kernels in {seconds:.1} s; the driver caches them in {cache} \
-             (CUDA_CACHE_PATH), so later runs with that cache skip this"
-        );
+        match super::kernel_cache::folder_from_env() {
+            Some(cache) => tracing::info!(
+                "compiled candle's CUDA kernels in {seconds:.1} s; the driver caches them in {} \
+                 (CUDA_CACHE_PATH), so later runs with that cache skip this",
+                cache.display()
+            ),
+            None => tracing::info!(
+                "compiled candle's CUDA kernels in {seconds:.1} s; the driver's cache is off \
+                 (CUDA_CACHE_DISABLE=1), so every run does"
+            ),
+        }
     }
     Ok(())
 }

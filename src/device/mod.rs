@@ -2,6 +2,7 @@
 //! [`Device`]; `--dtype f32|bf16|f16` parsed into a [`Precision`]; per-device memory accounting in
 //! [`memory`]. The library never assumes the CPU: every tensor is created on the device it is given.
 
+pub(crate) mod kernel_cache;
 #[cfg(feature = "cuda")]
 mod kernels;
 pub mod memory;
