@@ -456,3 +456,27 @@ fn eval_prints_one_table_of_modes() {
         assert!(row.contains("/6 (") && row.contains("| – |"), "{row}");
     }
 }
+
+/// Output into a closed pipe (`clipsculpt info | head -1`) ends the process quietly, by SIGPIPE as
+/// for other command-line tools, instead of panicking in `println!`.
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clipsculpt"))
+        .arg("info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the child's first write: the process needs milliseconds to start.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        o.status
+    );
+}

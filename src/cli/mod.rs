@@ -172,9 +172,21 @@ fn gpu_memory_hint(line: &str) -> Option<&'static str> {
         )
 }
 
+/// Makes writing to a closed pipe (`clipsculpt info | head -1`) end the process quietly, as it does
+/// for other command-line tools, instead of panicking in `println!`. Rust starts programs with
+/// SIGPIPE ignored; sockets are unaffected (the standard library sends with `MSG_NOSIGNAL`), and
+/// every output folder is written atomically, so a run ended this way leaves nothing partial.
+fn quiet_on_closed_pipe() {
+    // SAFETY: called first in `main`, before any other thread exists; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// The whole program: parses the command line, sets up logging, runs the command and returns
 /// its exit code; a failure is printed once, as one line, and exits with [`EXIT_SETUP`].
 pub fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let args = Args::parse();
     init_tracing(&args);
     match run(args) {
