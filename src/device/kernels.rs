@@ -61,7 +61,7 @@ pub(super) fn load(device: &Device) -> Result<()> {
             ),
             None => tracing::info!(
                 "compiled candle's CUDA kernels in {seconds:.1} s; the driver's cache is off \
-                 (CUDA_CACHE_DISABLE=1), so every run does"
+                 (CUDA_CACHE_DISABLE=1) or has no folder (no HOME), so every run does"
             ),
         }
     }
