@@ -87,7 +87,7 @@ impl DeviceSpec {
 }
 
 /// Compiles the kernels of candle's CUDA ops on `device` now rather than at their first use
-/// ([`kernels`]); nothing on other devices.
+/// (`kernels.rs`, in `cuda` builds); nothing on other devices.
 pub(crate) fn load_kernels(device: &Device) -> candle_core::Result<()> {
     #[cfg(feature = "cuda")]
     return kernels::load(device);
