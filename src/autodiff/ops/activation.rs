@@ -13,7 +13,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape
 use serde::{Deserialize, Serialize};
 
 use super::contiguous_slice;
-use super::rows::{by_rows, CPU_FUSED};
+use super::rows::{by_rows, fused_on};
 use crate::autodiff::vjp::attach;
 use crate::kernels::{self, normal_cdf};
 
@@ -76,7 +76,7 @@ impl Activation {
     /// chunks elsewhere.
     fn vjp(self, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
         let cpu_float = matches!(x.dtype(), DType::F32 | DType::F64);
-        if CPU_FUSED && x.device().is_cpu() && cpu_float && g.dtype() == x.dtype() {
+        if fused_on(x.device()) && cpu_float && g.dtype() == x.dtype() {
             let (x, y, g) = (x.contiguous()?, y.contiguous()?, g.contiguous()?);
             return x.apply_op3_no_bwd(&y, &g, &FusedVjp(self));
         }
@@ -237,7 +237,7 @@ fn gelu_erf_grad_cpu(
 /// libm-grade `gelu_erf`), candle's `gelu_erf` elsewhere (f64 keeps its full precision for the
 /// finite-difference tests).
 fn gelu_erf(x: &Tensor) -> Result<Tensor> {
-    if CPU_FUSED && x.device().is_cpu() && x.dtype() == DType::F32 {
+    if fused_on(x.device()) && x.dtype() == DType::F32 {
         x.contiguous()?.apply_op1_no_bwd(&GeluErfCpu)
     } else {
         x.gelu_erf()

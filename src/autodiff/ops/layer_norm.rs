@@ -10,7 +10,7 @@ use std::sync::Arc;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 
 use super::contiguous_slice;
-use super::rows::{by_rows, CPU_FUSED};
+use super::rows::{by_rows, fused_on};
 use crate::autodiff::vjp::{attach, Vjp};
 use crate::kernels::{ln_backward, ln_stats, Real};
 
@@ -73,8 +73,7 @@ pub(crate) fn layer_norm_input_grad(
     g: &Tensor,
     eps: f64,
 ) -> Result<Tensor> {
-    let fused = CPU_FUSED
-        && x.device().is_cpu()
+    let fused = fused_on(x.device())
         && matches!(x.dtype(), DType::F32 | DType::F64)
         && w.dtype() == x.dtype()
         && g.dtype() == x.dtype();

@@ -3,14 +3,20 @@
 //! a chain of candle ops peaks near its output's size instead of several times it. Every op in
 //! those chains works row by row, so the result is bitwise the unchunked chain's.
 
-use candle_core::{Result, Tensor, D};
+use candle_core::{Device, Result, Tensor, D};
 
 /// Elements per chunk: 4 MiB of f32.
 const CHUNK_ELEMS: usize = 1 << 20;
 
 /// Whether the CPU's fused kernels run. The `composite-ops` feature turns them off, so that the
 /// CPU runs (and its heap counter measures) the composed ops every other device runs.
-pub(crate) const CPU_FUSED: bool = !cfg!(feature = "composite-ops");
+const CPU_FUSED: bool = !cfg!(feature = "composite-ops");
+
+/// Whether an op on `device` runs the CPU's fused kernel ([`CPU_FUSED`] on the CPU) rather than
+/// the composed ops.
+pub(crate) fn fused_on(device: &Device) -> bool {
+    CPU_FUSED && device.is_cpu()
+}
 
 /// `f` over row chunks of `inputs`, tensors of one shape `(.., n)` seen as `(rows, n)`; the
 /// result has that shape and the dtype `f` returns.
@@ -56,7 +62,6 @@ pub(crate) fn by_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
 
     /// Chunked, a row-wise chain gives bitwise the unchunked result, for shapes of one and of
     /// several chunks (with a short last chunk).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, D};
 
 use super::contiguous_slice;
-use super::rows::CPU_FUSED;
+use super::rows::fused_on;
 use crate::autodiff::vjp::attach;
 use crate::kernels::softmax_rows_f32;
 
@@ -14,7 +14,7 @@ use crate::kernels::softmax_rows_f32;
 /// candle's kernel.
 pub(crate) fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
     let x = x.detach().contiguous()?;
-    if CPU_FUSED && x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+    if fused_on(x.device()) && x.dtype() == candle_core::DType::F32 {
         x.apply_op1_no_bwd(&FastSoftmax)
     } else {
         candle_nn::ops::softmax_last_dim(&x)
