@@ -8,8 +8,8 @@ use clap::Args as ClapArgs;
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::memory::parse_bytes;
 use crate::guide::{
-    ChainTarget, EndToEndGuidance, Explore, GuideMode, GuideSettings, Recurrence, SamplingGradient,
-    SamplingGuidance, AUTO_RESOLUTION_MAX,
+    ChainTarget, EndToEndGuidance, Explore, GuideMode, GuideSettings, Recurrence, SamplerExport,
+    SamplingGradient, SamplingGuidance, AUTO_RESOLUTION_MAX,
 };
 use crate::mesh::Format;
 use crate::models::ModelSpec;
@@ -151,10 +151,15 @@ pub(super) struct GenerateArgs {
     /// Score the latent on fixed held-aside views every N steps and export the best (0 = only at the end).
     #[arg(long, default_value_t = GuideSettings::default().eval_every)]
     pub(crate) eval_every: usize,
-    /// Held-aside score the optimized latent (latent stage) or the end-to-end guided sample must gain
-    /// over its start to be exported instead of it.
+    /// Held-aside score the optimized latent (latent stage) or the guided sample (guided sampling,
+    /// end to end) must gain over its start to be exported instead of it.
     #[arg(long, default_value_t = GuideSettings::default().keep_margin)]
     pub(crate) keep_margin: f32,
+    /// What guided sampling and end to end export: guarded (the guided sample only when it beats
+    /// the unguided sample from the same noise on the held-aside views by --keep-margin; costs one
+    /// unguided sample and two scorings) or guided (always the guided sample).
+    #[arg(long, default_value_t = GuideSettings::default().sampler_export)]
+    pub(crate) sampler_export: SamplerExport,
     /// Side in pixels of each of the 20 views in the before/after preview sheets.
     #[arg(long, default_value_t = 48)]
     pub(crate) preview_size: usize,
@@ -239,6 +244,7 @@ impl GenerateArgs {
             explore_refine: a.explore_refine,
             explore_prior_steps: a.explore_prior_steps,
             keep_margin: a.keep_margin,
+            sampler_export: a.sampler_export,
             ..GuideSettings::default()
         };
         Ok(RunSettings {

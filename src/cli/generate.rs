@@ -93,23 +93,24 @@ fn outcome(r: &Report) -> String {
     };
     let sampled = match &r.sampling.end_to_end {
         Some(c) => format!(
-            "end to end through the last {} sampler steps (σ {:.2}): {} iterations, {}{}",
+            "end to end through the last {} sampler steps (σ {:.2}): {} iterations, {}",
             c.steps,
             c.sigma,
             c.iterations.len(),
             first_last(c.iterations.iter().map(|i| i.cosine).collect()),
-            match (c.held_aside, c.exported_guided) {
-                (Some([a, b]), false) => format!(
-                    " (held-aside {a:.3} → {b:.3}, short of the keep margin: the unguided sample exported)"
-                ),
-                _ => String::new(),
-            }
         ),
         None => format!(
             "guided sampling: {} guided steps, {}",
             r.sampling.steps.len(),
             first_last(r.sampling.steps.iter().map(|s| s.cosine).collect())
         ),
+    };
+    let sampled = match r.sampling.keep {
+        Some(k) if !k.exported_guided => format!(
+            "{sampled} (held-aside {:.3} → {:.3}, short of the keep margin: the unguided sample exported)",
+            k.held_aside[0], k.held_aside[1]
+        ),
+        _ => sampled,
     };
     let score = format!("held-aside score {:.3}", r.score_after);
     match r.settings.run.mode {

@@ -110,11 +110,6 @@ pub struct ChainTrace {
     pub iterations: Vec<ChainIteration>,
     /// Iterations skipped for a non-finite loss or gradient.
     pub skipped: usize,
-    /// Held-aside scores of the unguided sample and of the guided one, when they differ.
-    pub held_aside: Option<[f32; 2]>,
-    /// Whether the guided sample was exported; otherwise it did not beat the unguided one by the
-    /// keep margin, and the unguided sample was.
-    pub exported_guided: bool,
 }
 
 /// The prior and its sampling run that end-to-end guidance acts on.

@@ -1,6 +1,6 @@
 //! CLIP guidance, one concept per file: guided sampling through the prior ([`sampling`]),
 //! end-to-end guidance through the sampler's last steps ([`end_to_end`]) and the loss both use
-//! ([`latent_loss`]); the
+//! ([`latent_loss`]), and the keep guard both export through ([`keep`]); the
 //! latent optimization's settings ([`settings`]), the
 //! held-aside evaluation ([`held_aside`]), the per-step view loss ([`objective`]), the Adam loop
 //! ([`optimize()`]), exploration and the start choice ([`explore`], [`start`], [`analogy`]), the
@@ -13,6 +13,7 @@ pub(crate) mod end_to_end;
 pub(crate) mod error;
 pub(crate) mod explore;
 pub(crate) mod held_aside;
+pub(crate) mod keep;
 pub(crate) mod latent_loss;
 pub(crate) mod mode;
 pub(crate) mod objective;
@@ -29,6 +30,7 @@ pub use end_to_end::{ChainIteration, ChainTarget, ChainTrace, EndToEndGuidance};
 pub use explore::Explore;
 pub(crate) use held_aside::{held_aside_images, unscored, Start};
 pub(crate) use held_aside::{score, Score};
+pub use keep::{Kept, SamplerExport};
 pub use mode::GuideMode;
 pub(crate) use objective::ViewLoss;
 pub(crate) use optimize::optimize;

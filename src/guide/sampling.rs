@@ -34,6 +34,7 @@ use candle_core::{Result, Tensor, Var};
 
 use super::end_to_end::ChainTrace;
 use super::error::GuideError;
+use super::keep::Kept;
 use super::latent_loss::{rms, LatentLoss};
 use crate::autodiff::checkpoint::Policy;
 use crate::autodiff::rng::Rng;
@@ -172,6 +173,9 @@ pub struct SamplingTrace {
     /// End-to-end guidance through the last sampler steps, when the run used it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_to_end: Option<ChainTrace>,
+    /// The keep guard's comparison of the guided sample with the unguided one, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep: Option<Kept>,
 }
 
 /// Samples a latent `(1, rows, d)` from standard-normal `noise` with `steps` Heun steps of

@@ -2,6 +2,7 @@
 //! with their defaults and the render sides they resolve to.
 
 use super::explore::Explore;
+use super::keep::SamplerExport;
 use crate::autodiff::checkpoint::Policy;
 
 /// Settings of the optimization.
@@ -54,6 +55,8 @@ pub struct GuideSettings {
     /// gains are within what the optimizer wins by exploiting the scorer rather than by changing
     /// the object, and they cost the start's clean geometry.
     pub keep_margin: f32,
+    /// Which sample guided sampling and end to end export ([`super::keep`]).
+    pub sampler_export: SamplerExport,
 }
 
 impl Default for GuideSettings {
@@ -79,6 +82,7 @@ impl Default for GuideSettings {
             explore_steps: 5,
             switch_margin: 0.05,
             keep_margin: KEEP_MARGIN,
+            sampler_export: SamplerExport::Guarded,
         }
     }
 }

@@ -164,10 +164,10 @@ fn sample(
         "guided sampling through the prior",
         s.prior_steps,
     ));
-    let (z, trace) = models.guided_sample(target, s, rng, device, |step, c| {
+    let unguided = chosen.map(|c| (&c.sample, c.score));
+    models.guided_sample(target, s, (rng, unguided), device, |step, c| {
         on_progress(Progress::Step(step, c))
-    })?;
-    Ok((z, trace, None))
+    })
 }
 
 /// Steps of the latent optimization in this run (0 unless the mode optimizes the latent).

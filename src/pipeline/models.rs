@@ -17,7 +17,9 @@ use crate::clip::{
 };
 use crate::device::memory as device_memory;
 use crate::device::Precision;
-use crate::guide::{self, GuideTrace, SamplingTrace, Score, StartChoice, Target, ViewLoss};
+use crate::guide::{
+    self, GuideTrace, Kept, SamplerExport, SamplingTrace, Score, StartChoice, Target, ViewLoss,
+};
 use crate::shap_e::{initial_noise, Denoiser, HeunDiscreteScheduler, ShapE};
 
 /// Where a run's models came from (folders), for reports.
@@ -148,37 +150,51 @@ impl Models {
 
     /// The prior's sample of a run guided through the prior ([`guide::sampling`]): the same
     /// noise as [`Self::run_sample`] (stream [`stream::PRIOR`]), the sampler guided by the view
-    /// loss of `target` (stream [`stream::SAMPLING`]) as `s.sampling` says. With a guidance
-    /// scale of 0 it is [`Self::run_sample`]'s latent, bit for bit.
+    /// loss of `target` (stream [`stream::SAMPLING`]) as `s.sampling` says, exported through the
+    /// keep guard ([`Self::keep`]) against `unguided`, the unguided sample from the same noise
+    /// with its held-aside score when the caller has them (else it is sampled here). With a
+    /// guidance scale of 0 it is [`Self::run_sample`]'s latent, bit for bit, unscored. The third
+    /// element is the returned latent's held-aside score, when the guard computed it.
     pub(crate) fn guided_sample(
         &self,
         target: &Target,
         s: &RunSettings,
-        rng: &Rng,
+        (rng, unguided): (&Rng, Option<(&Tensor, Score)>),
         device: &Device,
         on_step: impl FnMut(usize, f32),
-    ) -> Result<(Tensor, SamplingTrace)> {
+    ) -> Result<(Tensor, SamplingTrace, Option<Score>)> {
         let (run, noise) = self.sampling_run(target, s, rng, device)?;
         let denoiser = Denoiser::new(run.prior, &run.text_embeds, run.guidance_scale)?;
         let mut sched = run.sched.clone();
         let sampling = rng.fork(stream::SAMPLING);
-        Ok(guide::guided_sample(
+        let loss = self.view_loss(target, s);
+        let (z, mut trace) = guide::guided_sample(
             &denoiser,
             &mut sched,
             &noise,
             &s.sampling,
-            &self.view_loss(target, s),
+            &loss,
             &sampling,
             on_step,
-        )?)
+        )?;
+        if trace.steps.is_empty() {
+            return Ok((z, trace, None));
+        }
+        let unguided = || match unguided {
+            Some((z, score)) => Ok((z.clone(), Some(score))),
+            None => Ok((self.run_sample(target.prompt(), s, rng, device)?, None)),
+        };
+        let (z, kept, score) = self.keep(target, s, unguided, z)?;
+        trace.keep = kept;
+        Ok((z, trace, score))
     }
 
     /// The prior's sample of a run guided end to end through the sampler's last steps
     /// ([`guide::end_to_end`]): the same noise as [`Self::run_sample`], the view loss of `target`
-    /// (stream [`stream::SAMPLING`]), as `s.end_to_end` says. The guided sample is returned only
-    /// if it beats the unguided one on the held-aside views by `s.guide.keep_margin`; otherwise,
-    /// and with no iterations, it is [`Self::run_sample`]'s latent, bit for bit. The third
-    /// element is the returned latent's held-aside score, when the comparison computed it.
+    /// (stream [`stream::SAMPLING`]), as `s.end_to_end` says, exported through the keep guard
+    /// ([`Self::keep`]). With no iterations it is [`Self::run_sample`]'s latent, bit for bit,
+    /// unscored. The third element is the returned latent's held-aside score, when the guard
+    /// computed it.
     pub(crate) fn end_to_end_sample(
         &self,
         target: &Target,
@@ -192,25 +208,48 @@ impl Models {
         let sampling = rng.fork(stream::SAMPLING);
         let r =
             guide::end_to_end_sample(&run, &noise, &s.end_to_end, &loss, &sampling, on_iteration)?;
-        let (mut chain, mut z, mut exported) = (r.trace, r.unguided, None);
         // Every recorded iteration updated the optimized tensor; without one the two are the same.
-        if !chain.iterations.is_empty() {
-            let side = s.guide.eval_side(self.scorer.image_size());
-            let score =
-                |z: &Tensor| guide::score(&self.shap_e.decoder, &self.scorer, target, z, side);
-            let scores = [score(&z)?, score(&r.latent)?];
-            chain.held_aside = Some(scores.map(|s| s.score));
-            let guided_wins = scores[1].score >= scores[0].score + s.guide.keep_margin;
-            if guided_wins {
-                (z, chain.exported_guided) = (r.latent, true);
-            }
-            exported = Some(scores[usize::from(guided_wins)]);
-        }
+        let (z, keep, score) = match r.trace.iterations.is_empty() {
+            true => (r.unguided, None, None),
+            false => self.keep(target, s, || Ok((r.unguided, None)), r.latent)?,
+        };
         let trace = SamplingTrace {
-            end_to_end: Some(chain),
+            end_to_end: Some(r.trace),
+            keep,
             ..SamplingTrace::default()
         };
-        Ok((z, trace, exported))
+        Ok((z, trace, score))
+    }
+
+    /// The keep guard ([`guide::keep`]): with `s.guide.sampler_export` guarded, the `guided`
+    /// sample only if it beats the `unguided` one from the same noise (and its held-aside score,
+    /// when known) on the held-aside views by `s.guide.keep_margin`, else the unguided one; with
+    /// the comparison and the returned latent's held-aside score. Unguarded, `guided`, unscored.
+    fn keep(
+        &self,
+        target: &Target,
+        s: &RunSettings,
+        unguided: impl FnOnce() -> Result<(Tensor, Option<Score>)>,
+        guided: Tensor,
+    ) -> Result<(Tensor, Option<Kept>, Option<Score>)> {
+        if s.guide.sampler_export == SamplerExport::Guided {
+            return Ok((guided, None, None));
+        }
+        let side = s.guide.eval_side(self.scorer.image_size());
+        let score = |z: &Tensor| guide::score(&self.shap_e.decoder, &self.scorer, target, z, side);
+        let (unguided, known) = unguided()?;
+        let scores = [known.map_or_else(|| score(&unguided), Ok)?, score(&guided)?];
+        let kept = Kept::choose(scores[0].score, scores[1].score, s.guide.keep_margin);
+        let z = if kept.exported_guided {
+            guided
+        } else {
+            unguided
+        };
+        Ok((
+            z,
+            Some(kept),
+            Some(scores[usize::from(kept.exported_guided)]),
+        ))
     }
 
     /// The prior's sampling run for `target`'s prompt with settings `s`, and its starting noise

@@ -258,17 +258,45 @@ impl GreenSphere {
 fn guided_sampling_raises_the_held_aside_score() {
     let mut g = GreenSphere::new(crate::guide::GuideMode::Sampling);
     let dev = Device::Cpu;
-    let (guided, trace) =
-        g.m.guided_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
+    let (guided, trace, scored) =
+        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})
             .unwrap();
     assert!(!trace.steps.is_empty() && trace.skipped == 0, "{trace:?}");
+    assert!(trace.keep.is_some_and(|k| k.exported_guided), "{trace:?}");
     g.assert_raises_the_held_aside_score(&guided);
+    assert_eq!(scored, Some(g.held_aside(&guided)));
     g.run.sampling.scale = 0.0;
-    let (off, trace) =
-        g.m.guided_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
+    let (off, trace, off_score) =
+        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})
             .unwrap();
-    assert!(trace.steps.is_empty());
+    assert!(trace.steps.is_empty() && trace.keep.is_none());
     g.assert_unguided(&off);
+    assert_eq!(off_score, None);
+}
+
+/// The keep guard exports the unguided sample, bit for bit and with its own held-aside score, when
+/// the guided one does not beat it by the margin; `--sampler-export guided` exports the guided
+/// one unscored.
+#[test]
+fn the_keep_guard_exports_the_unguided_sample_short_of_the_margin() {
+    use crate::guide::SamplerExport;
+    let mut g = GreenSphere::new(crate::guide::GuideMode::Sampling);
+    let dev = Device::Cpu;
+    g.run.guide.keep_margin = 10.0;
+    let (z, trace, scored) =
+        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})
+            .unwrap();
+    let kept = trace.keep.expect("the guard did not run");
+    assert!(!kept.exported_guided, "{kept:?}");
+    g.assert_unguided(&z);
+    assert_eq!(scored, Some(g.held_aside(&g.plain)));
+    assert_eq!(kept.held_aside[0], g.held_aside(&g.plain).score);
+    g.run.guide.sampler_export = SamplerExport::Guided;
+    let (z, trace, scored) =
+        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})
+            .unwrap();
+    assert!(trace.keep.is_none() && scored.is_none());
+    g.assert_raises_the_held_aside_score(&z);
 }
 
 /// Self-recurrence takes every guided step in its window again after re-noising, draws the same
@@ -279,10 +307,10 @@ fn self_recurrence_redoes_steps_and_raises_the_held_aside_score() {
     let dev = Device::Cpu;
     g.run.sampling.recurrence.times = 2;
     let run = || {
-        g.m.guided_sample(&g.target, &g.run, &g.rng, &dev, |_, _| {})
+        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})
             .unwrap()
     };
-    let (guided, trace) = run();
+    let (guided, trace, _) = run();
     let r = g.run.sampling.recurrence;
     let in_window = |s: &crate::guide::GuidedStep| (r.sigma_min..=r.sigma_max).contains(&s.sigma);
     let second: Vec<_> = trace.steps.iter().filter(|s| s.take == 1).collect();
@@ -292,7 +320,7 @@ fn self_recurrence_redoes_steps_and_raises_the_held_aside_score() {
     assert_eq!(first_in_window.count(), trace.renoised);
     assert!(second.iter().all(|s| in_window(s)), "{second:?}");
     g.assert_raises_the_held_aside_score(&guided);
-    let (again, _) = run();
+    let (again, ..) = run();
     assert!(crate::pipeline::same_values(&guided, &again).unwrap());
 }
 
@@ -309,7 +337,11 @@ fn end_to_end_guidance_raises_the_held_aside_score() {
     let chain = trace.end_to_end.expect("no end-to-end trace");
     let iterations = g.run.end_to_end.iterations;
     assert_eq!(chain.iterations.len(), iterations, "{chain:?}");
-    assert!(chain.exported_guided, "{chain:?}");
+    assert!(
+        trace.keep.is_some_and(|k| k.exported_guided),
+        "{:?}",
+        trace.keep
+    );
     g.assert_raises_the_held_aside_score(&guided);
     assert_eq!(scored, Some(g.held_aside(&guided)));
     g.run.end_to_end.iterations = 0;
@@ -524,8 +556,8 @@ fn the_prediction_gradient_is_taken_at_the_prediction() -> anyhow::Result<()> {
     assert!((a - t).abs() < 1e-4 * t, "push RMS {a} and {t}");
     let mut along_run = g.run.clone();
     along_run.sampling.gradient = SamplingGradient::Prediction;
-    let (guided, trace) =
-        g.m.guided_sample(&g.target, &along_run, &g.rng, &dev, |_, _| {})?;
+    let (guided, trace, _) =
+        g.m.guided_sample(&g.target, &along_run, (&g.rng, None), &dev, |_, _| {})?;
     assert!(!trace.steps.is_empty() && trace.skipped == 0, "{trace:?}");
     g.assert_raises_the_held_aside_score(&guided);
     Ok(())

@@ -266,7 +266,10 @@ impl<'a> PromptRun<'a> {
         };
         let guides = |m: &EvalMode| matches!(m, EvalMode::Sampling | EvalMode::Both);
         let sampled = match modes.iter().any(guides) {
-            true => Some(self.sampling_run(rng, choice_seconds)?),
+            true => {
+                let unguided = chosen.as_ref().map(|(_, j, score)| (&j.latent, *score));
+                Some(self.sampling_run((rng, unguided), choice_seconds)?)
+            }
             false => None,
         };
         // A run whose guidance stopped: its failed verdict, attributed to its start.
@@ -349,15 +352,20 @@ impl<'a> PromptRun<'a> {
     }
 
     /// The guided sample of this prompt at the root generator `rng`, judged; or, when guidance
-    /// stopped on a non-finite loss, the failed verdict and the seconds it ran.
-    fn sampling_run(&self, rng: &Rng, seconds_before: f64) -> Result<Stoppable<Judged>> {
+    /// stopped on a non-finite loss, the failed verdict and the seconds it ran. `unguided` is the
+    /// chosen noise's unguided sample and score when there was a choice (as `generate` reuses it).
+    fn sampling_run(
+        &self,
+        (rng, unguided): (&Rng, Option<(&Tensor, Score)>),
+        seconds_before: f64,
+    ) -> Result<Stoppable<Judged>> {
         let t = Instant::now();
         let s = EvalMode::Sampling.settings(self.s);
-        let guided = self
-            .models
-            .guided_sample(&self.target, &s, rng, self.device, |_, _| {});
+        let guided =
+            self.models
+                .guided_sample(&self.target, &s, (rng, unguided), self.device, |_, _| {});
         Ok(stopped(guided, self.prompt, t)?
-            .map(|(z, _)| Judged {
+            .map(|(z, ..)| Judged {
                 verdict: self.judge(&z),
                 latent: z,
                 seconds: seconds_before + t.elapsed().as_secs_f64(),
