@@ -278,25 +278,26 @@ fn guided_sampling_raises_the_held_aside_score() {
 /// the guided one does not beat it by the margin; `--sampler-export guided` exports the guided
 /// one unscored.
 #[test]
-fn the_keep_guard_exports_the_unguided_sample_short_of_the_margin() {
+fn the_keep_guard_exports_the_unguided_sample_short_of_the_margin() -> anyhow::Result<()> {
     use crate::guide::SamplerExport;
     let mut g = GreenSphere::new(crate::guide::GuideMode::Sampling);
     let dev = Device::Cpu;
     g.run.guide.keep_margin = 10.0;
     let (z, trace, scored) =
-        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})
-            .unwrap();
-    let kept = trace.keep.expect("the guard did not run");
+        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})?;
+    let kept = trace
+        .keep
+        .ok_or_else(|| anyhow::anyhow!("the guard did not run"))?;
     assert!(!kept.exported_guided, "{kept:?}");
     g.assert_unguided(&z);
     assert_eq!(scored, Some(g.held_aside(&g.plain)));
     assert_eq!(kept.held_aside[0], g.held_aside(&g.plain).score);
     g.run.guide.sampler_export = SamplerExport::Guided;
     let (z, trace, scored) =
-        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})
-            .unwrap();
+        g.m.guided_sample(&g.target, &g.run, (&g.rng, None), &dev, |_, _| {})?;
     assert!(trace.keep.is_none() && scored.is_none());
     g.assert_raises_the_held_aside_score(&z);
+    Ok(())
 }
 
 /// Self-recurrence takes every guided step in its window again after re-noising, draws the same
