@@ -178,9 +178,19 @@ pub struct SamplingTrace {
     pub keep: Option<Kept>,
 }
 
+/// Where a guided sampling run left the unguided one: the state and the schedule at the start of
+/// the first guided step. [`Denoiser::finish`] from there gives the unguided sample from the
+/// same noise, bit for bit, without repeating the steps the two runs share.
+#[derive(Debug, Clone)]
+pub(crate) struct Fork {
+    pub x: Tensor,
+    pub sched: HeunDiscreteScheduler,
+}
+
 /// Samples a latent `(1, rows, d)` from standard-normal `noise` with `steps` Heun steps of
 /// `denoiser`, guided by `loss` as `g` says (see the module docs). `rng` gives each guided step
-/// its own stream; `on_step(step, cosine)` reports progress.
+/// its own stream; `on_step(step, cosine)` reports progress. Also returns the [`Fork`] from the
+/// unguided run, when a step was guided.
 pub(crate) fn guided_sample(
     denoiser: &Denoiser,
     sched: &mut HeunDiscreteScheduler,
@@ -189,15 +199,20 @@ pub(crate) fn guided_sample(
     loss: &dyn LatentLoss,
     rng: &Rng,
     mut on_step: impl FnMut(usize, f32),
-) -> std::result::Result<(Tensor, SamplingTrace), GuideError> {
+) -> std::result::Result<(Tensor, SamplingTrace, Option<Fork>), GuideError> {
     let wrap = |step| move |source| GuideError::Step { step, source };
     let mut x = denoiser.initial_state(sched, noise).map_err(wrap(0))?;
     let mut trace = SamplingTrace::default();
     let (mut pending, mut bad_run, mut take) = (None::<Tensor>, 0usize, 0usize);
+    let mut fork = None;
     while !sched.done() {
         let step = sched.step_number();
         let (sigma, sigma_next) = sched.step_sigmas();
         let out = if sched.starts_step() && g.guides(sigma, sigma_next) {
+            fork.get_or_insert_with(|| Fork {
+                x: x.clone(),
+                sched: sched.clone(),
+            });
             let guided = guide_step(denoiser, sched, &x, g, loss, &mut take_rng(rng, step, take))
                 .map_err(wrap(step))?;
             match guided.push {
@@ -243,7 +258,7 @@ pub(crate) fn guided_sample(
             }
         }
     }
-    Ok((x, trace))
+    Ok((x, trace, fork))
 }
 
 /// The random stream of take `take` of guided step `step`: take 0 uses the step's own stream,

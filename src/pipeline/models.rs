@@ -116,8 +116,8 @@ impl Models {
         if !unknown.is_empty() {
             tracing::warn!(
                 "prompt {prompt:?}: the text encoder's small vocabulary has no word for {}; it reads \
-                 them as letters it was never trained on (the toy world knows 6 shapes, 6 colours \
-                 and the words of its captions)",
+                 them as letters it was never trained on (a vocabulary this small, such as the toy \
+                 world's, holds only the words of the captions it was built from)",
                 unknown.join(", ")
             );
         }
@@ -152,7 +152,8 @@ impl Models {
     /// noise as [`Self::run_sample`] (stream [`stream::PRIOR`]), the sampler guided by the view
     /// loss of `target` (stream [`stream::SAMPLING`]) as `s.sampling` says, exported through the
     /// keep guard ([`Self::keep`]) against `unguided`, the unguided sample from the same noise
-    /// with its held-aside score when the caller has them (else it is sampled here). With a
+    /// with its held-aside score when the caller has them (else it is finished from where the
+    /// guided run left the unguided one, as [`guide::guided_sample`] returns it). With a
     /// guidance scale of 0 it is [`Self::run_sample`]'s latent, bit for bit, unscored. The third
     /// element is the returned latent's held-aside score, when the guard computed it.
     pub(crate) fn guided_sample(
@@ -168,7 +169,7 @@ impl Models {
         let mut sched = run.sched.clone();
         let sampling = rng.fork(stream::SAMPLING);
         let loss = self.view_loss(target, s);
-        let (z, mut trace) = guide::guided_sample(
+        let (z, mut trace, fork) = guide::guided_sample(
             &denoiser,
             &mut sched,
             &noise,
@@ -180,9 +181,10 @@ impl Models {
         if trace.steps.is_empty() {
             return Ok((z, trace, None));
         }
-        let unguided = || match unguided {
-            Some((z, score)) => Ok((z.clone(), Some(score))),
-            None => Ok((self.run_sample(target.prompt(), s, rng, device)?, None)),
+        let unguided = || match (unguided, fork) {
+            (Some((z, score)), _) => Ok((z.clone(), Some(score))),
+            (None, Some(mut f)) => Ok((denoiser.finish(&mut f.sched, f.x)?, None)),
+            (None, None) => Ok((self.run_sample(target.prompt(), s, rng, device)?, None)),
         };
         let (z, kept, score) = self.keep(target, s, unguided, z)?;
         trace.keep = kept;

@@ -115,6 +115,20 @@ impl<'a> Denoiser<'a> {
             Ok(out)
         }
     }
+
+    /// Runs the remaining evaluations of `sched` from state `x`, unguided: from the first step,
+    /// the whole unguided sampling run.
+    pub(crate) fn finish(
+        &self,
+        sched: &mut HeunDiscreteScheduler,
+        mut x: Tensor,
+    ) -> Result<Tensor> {
+        while !sched.done() {
+            let out = self.x0(sched, &x, &Policy::None)?;
+            x = sched.step(&out, &x)?;
+        }
+        Ok(x)
+    }
 }
 
 /// Samples latents `(B, num_embeddings, embedding_dim)` in `[−1, 1]` for `text_embeds (B, dim)`
@@ -132,12 +146,8 @@ pub(crate) fn sample_latents_from(
 ) -> Result<Tensor> {
     let denoiser = Denoiser::new(prior, text_embeds, guidance_scale)?;
     let mut sched = HeunDiscreteScheduler::new(scheduler, steps)?;
-    let mut x = denoiser.initial_state(&sched, noise)?;
-    for _ in 0..sched.timesteps().len() {
-        let out = denoiser.x0(&sched, &x, &Policy::None)?;
-        x = sched.step(&out, &x)?;
-    }
-    Ok(x)
+    let x = denoiser.initial_state(&sched, noise)?;
+    denoiser.finish(&mut sched, x)
 }
 
 #[cfg(test)]

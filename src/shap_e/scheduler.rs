@@ -179,6 +179,7 @@ impl HeunDiscreteScheduler {
     }
 
     /// The timesteps, one per model evaluation (2N − 1).
+    #[cfg(test)]
     pub(crate) fn timesteps(&self) -> &[f32] {
         &self.timesteps
     }
