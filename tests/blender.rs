@@ -68,7 +68,7 @@ fn stderr(o: &Output) -> String {
 fn toy_mesh(shape: Shape, colour: Colour, dir: &Path) {
     let obj = WorldObject::canonical(shape, colour);
     let formats = [Format::Glb, Format::Ply, Format::Obj];
-    export_field(&obj, &Device::Cpu, 40, &formats, dir, "mesh").unwrap();
+    export_field(&obj, &Device::Cpu, 40, 0.0, &formats, dir, "mesh").unwrap();
 }
 
 /// What Blender imported from `mesh` (the script's --stats, without rendering).

@@ -395,6 +395,21 @@ fn nan_latent_export_is_one_line() {
     assert_eq!(names(d.path()), vec!["latent.safetensors"]);
 }
 
+/// `export --level` outside the tanh field's −1..1 (or not a number) is one line, before any work.
+#[test]
+fn export_refuses_a_level_outside_the_field_range() {
+    let d = tempfile::tempdir().unwrap();
+    let latent = d.path().join("latent.safetensors");
+    for level in ["1.5", "-1", "nan"] {
+        let o = run(
+            &["-q", "export", latent.to_str().unwrap(), "--level", level],
+            &[],
+        );
+        one_line_error(&o, 2, &["--level must lie within"]);
+    }
+    assert!(names(d.path()).is_empty());
+}
+
 /// `export` writes its files privately and moves them in; existing ones need `--overwrite`.
 #[test]
 fn export_adds_files_atomically() {

@@ -25,6 +25,11 @@ pub(super) struct Export {
     /// Marching-cubes grid size.
     #[arg(long, default_value_t = 128)]
     grid: usize,
+    /// Iso level of the surface in the field's signed distance (tanh-squashed, positive inside, so
+    /// within −1..1). Lower it to mesh a latent whose field is nowhere positive: the error names the
+    /// field's range.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    level: f32,
     /// Output formats.
     #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
     formats: Vec<Format>,
@@ -39,6 +44,12 @@ pub(super) struct Export {
 
 impl Export {
     pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+        if !self.level.is_finite() || self.level.abs() >= 1.0 {
+            anyhow::bail!(
+                "--level must lie within −1..1 (the field is a tanh), not {}",
+                self.level
+            );
+        }
         let device = cx.open_device()?;
         let z = load_latent(&self.latent, &device)?;
         let dir = cx.resolve(&self.models.model, ModelKind::ShapE)?;
@@ -51,7 +62,8 @@ impl Export {
         let dir = OutputDir::files(&out, &names, self.overwrite)?;
         in_private(&dir, |work| {
             let field = LatentField::new(&decoder, &z)?;
-            mesh::export_field(&field, &device, self.grid, &self.formats, work, "mesh")?;
+            let (grid, level) = (self.grid, self.level);
+            mesh::export_field(&field, &device, grid, level, &self.formats, work, "mesh")?;
             Ok(())
         })?;
         dir.commit()?;

@@ -62,8 +62,11 @@ impl Generate {
         dir.commit()?;
         if let Some(reason) = &report.no_mesh {
             eprintln!(
-                "error: {prompt:?}: no mesh: {reason}; the latents, previews and report.json are in {}",
-                out.display()
+                "error: {prompt:?}: no mesh: {reason}; the latents, previews and report.json are in {} \
+                 (`clipsculpt export {} --level L`, with the run's `--model`, meshes it at another \
+                 level)",
+                out.display(),
+                out.join("latent.safetensors").display()
             );
             return Ok(ExitCode::from(EXIT_NO_MESH));
         }

@@ -129,8 +129,9 @@ pub struct ExportReport {
     pub(crate) format_seconds: Vec<(Format, f64)>,
 }
 
-/// Samples `field` on a `grid_size`³ grid over Shap-E's [−1, 1]³ at level 0, extracts the surface
-/// ([`McMode::Exact`]), colours the vertices from the field and writes `formats` to `out_dir/<stem>…`.
+/// Samples `field` on a `grid_size`³ grid over Shap-E's [−1, 1]³, extracts the surface at iso
+/// `level` (0 for Shap-E's tanh SDF, positive inside; [`McMode::Exact`]), colours the vertices from
+/// the field and writes `formats` to `out_dir/<stem>…`.
 ///
 /// Call it after dropping optimisation state (optimiser moments, saved activations): the field is evaluated with
 /// plain tensors, `chunk` points at a time, on `device`. Errors name the failing input:
@@ -139,12 +140,14 @@ pub fn export_field(
     field: &dyn Field,
     device: &Device,
     grid_size: usize,
+    level: f32,
     formats: &[Format],
     out_dir: &Path,
     stem: &str,
 ) -> Result<ExportReport, ExportError> {
     let settings = ExportSettings {
         grid_size,
+        level,
         ..ExportSettings::default()
     };
     let memory_before =
@@ -199,7 +202,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let field = FnField(|p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.6), [1.0, 0.5, 0.0]));
         let formats = [Format::Glb, Format::Ply, Format::Obj, Format::PreviewPng];
-        let r = export_field(&field, &Device::Cpu, 24, &formats, dir.path(), "ball").unwrap();
+        let r = export_field(&field, &Device::Cpu, 24, 0.0, &formats, dir.path(), "ball").unwrap();
         assert!(r.stats.is_clean_solid(), "{:?}", r.stats);
         let names: Vec<_> = r
             .files
@@ -218,12 +221,63 @@ mod tests {
     fn empty_field_and_bad_stem_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let empty = FnField(|_: [f32; 3]| (-1.0, [0.0; 3]));
-        let err =
-            export_field(&empty, &Device::Cpu, 8, &[Format::Glb], dir.path(), "x").unwrap_err();
+        let err = export_field(
+            &empty,
+            &Device::Cpu,
+            8,
+            0.0,
+            &[Format::Glb],
+            dir.path(),
+            "x",
+        )
+        .unwrap_err();
         assert!(matches!(err, ExportError::EmptySurface { .. }), "{err}");
         let ball = FnField(|p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.5), [0.0; 3]));
-        let err =
-            export_field(&ball, &Device::Cpu, 8, &[Format::Glb], dir.path(), "../x").unwrap_err();
+        let err = export_field(
+            &ball,
+            &Device::Cpu,
+            8,
+            0.0,
+            &[Format::Glb],
+            dir.path(),
+            "../x",
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("file stem"), "{err}");
+    }
+
+    /// A field that is nowhere positive (what an unfinished Shap-E sample can decode to) has no
+    /// surface at level 0 but has one at a level inside its range, which the error names.
+    #[test]
+    fn a_level_inside_the_range_meshes_a_field_with_no_surface_at_zero() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let shifted = |p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.5) - 0.8, [0.0; 3]);
+        let formats = [Format::Ply];
+        let err = export_field(
+            &FnField(shifted),
+            &Device::Cpu,
+            24,
+            0.0,
+            &formats,
+            dir.path(),
+            "x",
+        )
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("a surface at level 0"))?;
+        let ExportError::EmptySurface { min, max, .. } = err else {
+            anyhow::bail!("{err}");
+        };
+        let level = (min + max) / 2.0;
+        let r = export_field(
+            &FnField(shifted),
+            &Device::Cpu,
+            24,
+            level,
+            &formats,
+            dir.path(),
+            "x",
+        )?;
+        assert!(r.stats.is_clean_solid(), "{:?}", r.stats);
+        Ok(())
     }
 }

@@ -15,7 +15,7 @@
 //! ```no_run
 //! use clipsculpt::mesh::{export_field, shapes, FnField, Format};
 //! let ball = FnField(|p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.7), [0.8, 0.2, 0.1]));
-//! let report = export_field(&ball, &candle_core::Device::Cpu, 128, &Format::DEFAULT, "out".as_ref(), "ball")?;
+//! let report = export_field(&ball, &candle_core::Device::Cpu, 128, 0.0, &Format::DEFAULT, "out".as_ref(), "ball")?;
 //! println!("{} faces, watertight: {}", report.stats.faces, report.stats.is_watertight());
 //! # Ok::<(), clipsculpt::mesh::ExportError>(())
 //! ```

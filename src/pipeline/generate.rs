@@ -120,7 +120,7 @@ fn export_mesh(
     out_dir: &Path,
     prompt: &str,
 ) -> Result<std::result::Result<ExportReport, String>> {
-    match mesh::export_field(field, device, s.grid, &s.formats, out_dir, "mesh") {
+    match mesh::export_field(field, device, s.grid, 0.0, &s.formats, out_dir, "mesh") {
         Ok(report) => Ok(Ok(report)),
         Err(e @ (ExportError::EmptySurface { .. } | ExportError::NonFiniteField { .. })) => {
             Ok(Err(e.to_string()))
