@@ -220,29 +220,22 @@ mod tests {
     #[test]
     fn empty_field_and_bad_stem_are_errors() {
         let dir = tempfile::tempdir().unwrap();
+        let export = |field: &dyn Field, stem| {
+            export_field(
+                field,
+                &Device::Cpu,
+                8,
+                0.0,
+                &[Format::Glb],
+                dir.path(),
+                stem,
+            )
+        };
         let empty = FnField(|_: [f32; 3]| (-1.0, [0.0; 3]));
-        let err = export_field(
-            &empty,
-            &Device::Cpu,
-            8,
-            0.0,
-            &[Format::Glb],
-            dir.path(),
-            "x",
-        )
-        .unwrap_err();
+        let err = export(&empty, "x").unwrap_err();
         assert!(matches!(err, ExportError::EmptySurface { .. }), "{err}");
         let ball = FnField(|p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.5), [0.0; 3]));
-        let err = export_field(
-            &ball,
-            &Device::Cpu,
-            8,
-            0.0,
-            &[Format::Glb],
-            dir.path(),
-            "../x",
-        )
-        .unwrap_err();
+        let err = export(&ball, "../x").unwrap_err();
         assert!(err.to_string().contains("file stem"), "{err}");
     }
 
@@ -251,32 +244,25 @@ mod tests {
     #[test]
     fn a_level_inside_the_range_meshes_a_field_with_no_surface_at_zero() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
-        let shifted = |p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.5) - 0.8, [0.0; 3]);
-        let formats = [Format::Ply];
-        let err = export_field(
-            &FnField(shifted),
-            &Device::Cpu,
-            24,
-            0.0,
-            &formats,
-            dir.path(),
-            "x",
-        )
-        .err()
-        .ok_or_else(|| anyhow::anyhow!("a surface at level 0"))?;
+        let shifted = FnField(|p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.5) - 0.8, [0.0; 3]));
+        let export = |level| {
+            export_field(
+                &shifted,
+                &Device::Cpu,
+                24,
+                level,
+                &[Format::Ply],
+                dir.path(),
+                "x",
+            )
+        };
+        let err = export(0.0)
+            .err()
+            .ok_or_else(|| anyhow::anyhow!("a surface at level 0"))?;
         let ExportError::EmptySurface { min, max, .. } = err else {
             anyhow::bail!("{err}");
         };
-        let level = (min + max) / 2.0;
-        let r = export_field(
-            &FnField(shifted),
-            &Device::Cpu,
-            24,
-            level,
-            &formats,
-            dir.path(),
-            "x",
-        )?;
+        let r = export((min + max) / 2.0)?;
         assert!(r.stats.is_clean_solid(), "{:?}", r.stats);
         Ok(())
     }
