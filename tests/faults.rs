@@ -639,6 +639,16 @@ fn batch_item_failure_is_recorded() {
         "{:?}",
         names(&out)
     );
+    // What the failed items wrote is kept, named in their manifest lines.
+    let kept: Vec<String> = names(&out)
+        .into_iter()
+        .filter(|n| n.ends_with(".failed"))
+        .collect();
+    assert_eq!(kept.len(), 2, "{:?}", names(&out));
+    for (k, r) in kept.iter().zip(&failed) {
+        assert!(out.join(k).join("latent.safetensors").is_file(), "{k}");
+        assert!(r["error"].as_str().unwrap().contains(&format!("{k}/")));
+    }
     let o = run(&batch_args(&prompts, &out, &[]), &[]);
     assert!(
         o.status.success(),
@@ -646,6 +656,7 @@ fn batch_item_failure_is_recorded() {
         stderr(&o)
     );
     assert_eq!(done_ids(&out).len(), 2);
+    assert!(names(&out).iter().all(|n| !n.ends_with(".failed")));
 }
 
 /// The batch folder turns read-only after the first item: the batch stops with one line that

@@ -1,6 +1,7 @@
 //! Runs the items of one shard: skips finished ones, runs the others one at a time into a
 //! private work folder that is renamed into place only when complete, and records each outcome.
-//! A failing item is recorded and the batch goes on.
+//! A failing item is recorded and the batch goes on; whatever it wrote (its latents, previews, report) is kept in
+//! `<id>.failed/`, so that nothing is lost (a latent with no surface can still be meshed by `export --level`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -115,16 +116,42 @@ impl Item<'_> {
             Ok(()) => {
                 relocate_report(&work, &self.final_dir);
                 fs::rename(&work, &self.final_dir).map_err(folder_error(&self.final_dir))?;
+                let _ = fs::remove_dir_all(self.failed_dir());
                 manifest.append(&self.record(Status::Done, seconds, None))?;
                 Ok(Outcome::Done)
             }
             Err(e) => {
-                let _ = fs::remove_dir_all(&work);
-                tracing::error!("item {} (line {}) failed: {e}", self.id, self.item.line);
-                manifest.append(&self.record(Status::Failed, seconds, Some(e.to_string())))?;
+                let mut error = e.to_string();
+                if let Some(kept) = self.keep_failed(&work) {
+                    error = format!("{error} (the folder: {kept}/)");
+                }
+                tracing::error!("item {} (line {}) failed: {error}", self.id, self.item.line);
+                manifest.append(&self.record(Status::Failed, seconds, Some(error)))?;
                 Ok(Outcome::Failed)
             }
         }
+    }
+
+    /// The folder that keeps the outputs of the item's last failed run.
+    fn failed_dir(&self) -> PathBuf {
+        self.final_dir.with_file_name(format!("{}.failed", self.id))
+    }
+
+    /// Moves what a failed run wrote into [`Self::failed_dir`] (replacing an earlier one) and returns the folder's
+    /// name; an empty work folder is removed and `None` returned, as is any folder that could not be moved.
+    fn keep_failed(&self, work: &Path) -> Option<String> {
+        let wrote = fs::read_dir(work).is_ok_and(|mut d| d.next().is_some());
+        let kept = self.failed_dir();
+        if wrote {
+            relocate_report(work, &kept);
+        }
+        let moved = wrote
+            && (!kept.exists() || fs::remove_dir_all(&kept).is_ok())
+            && fs::rename(work, &kept).is_ok();
+        if !moved {
+            let _ = fs::remove_dir_all(work);
+        }
+        moved.then(|| format!("{}.failed", self.id))
     }
 
     fn record(&self, status: Status, seconds: f64, error: Option<String>) -> Record {
@@ -228,6 +255,39 @@ mod tests {
             .collect();
         assert!(names.iter().all(|n| !n.contains("partial")), "{names:?}");
         assert_eq!(names.iter().filter(|n| n.starts_with("000")).count(), 5);
+    }
+
+    #[test]
+    fn a_failed_item_keeps_its_outputs_until_it_succeeds() -> anyhow::Result<()> {
+        let d = tempfile::tempdir()?;
+        let its = items(2);
+        let kept = d.path().join(format!("{}.failed", its[0].id(0)));
+        // Item 1 writes a latent, then fails; item 2 fails before writing anything.
+        let s = run_batch(&its, Shard::default(), d.path(), 0, |it, dir| {
+            if it.line == 1 {
+                fs::write(dir.join("latent.safetensors"), "z")?;
+            }
+            Err("no mesh".into())
+        })?;
+        assert_eq!(s.failed, 2);
+        assert_eq!(fs::read_to_string(kept.join("latent.safetensors"))?, "z");
+        let other = d.path().join(format!("{}.failed", its[1].id(0)));
+        assert!(
+            !other.exists(),
+            "an item that wrote nothing keeps no folder"
+        );
+        let manifest = fs::read_to_string(d.path().join("manifest.jsonl"))?;
+        assert!(manifest.contains(".failed/"), "{manifest}");
+        // A second failure replaces the kept folder; a success removes it.
+        run_batch(&its[..1], Shard::default(), d.path(), 0, |_, dir| {
+            fs::write(dir.join("latent.safetensors"), "z2")?;
+            Err("no mesh".into())
+        })?;
+        assert_eq!(fs::read_to_string(kept.join("latent.safetensors"))?, "z2");
+        run_batch(&its[..1], Shard::default(), d.path(), 0, write_job)?;
+        assert!(!kept.exists());
+        assert!(d.path().join(its[0].id(0)).join("mesh.txt").is_file());
+        Ok(())
     }
 
     #[test]

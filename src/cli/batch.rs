@@ -68,7 +68,10 @@ impl Batch {
             }
             pipeline::generate(&models, &item.prompt, &s, dir, &device, |_| {})
                 .and_then(|report| match report.no_mesh {
-                    Some(reason) => Err(anyhow::anyhow!("no mesh: {reason}")),
+                    Some(reason) => Err(anyhow::anyhow!(
+                        "no mesh: {reason}; `clipsculpt export <folder>/latent.safetensors --level L`, with \
+                         the batch's `--model`, meshes its latent at another level"
+                    )),
                     None => Ok(()),
                 })
                 .and_then(|_| match &blender_exe {
