@@ -394,7 +394,7 @@ fn batch_resumes_after_a_kill_and_reports_bad_lines() {
 /// `eval` runs every default mode on toy captions and prints one table, a row per mode, with the
 /// negatives, the held-out split and the gradient it used; with the world's fitted latents, a
 /// second table sets the wrong runs beside the right object; `--records` writes every run's
-/// record beside the tables.
+/// record beside the tables; without a terminal, progress comes as one line per item.
 #[test]
 fn eval_prints_one_table_of_modes() {
     let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/toy-heldout.txt");
@@ -402,7 +402,6 @@ fn eval_prints_one_table_of_modes() {
     let records = d.path().join("records.json");
     let o = clipsculpt(
         &[
-            "-q",
             "eval",
             prompts,
             "--seeds",
@@ -435,6 +434,7 @@ fn eval_prints_one_table_of_modes() {
     assert!(out.contains("the prediction's gradient"), "{out}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&records).unwrap()).unwrap();
+    assert_eq!(json["complete"], true);
     let runs = json["records"].as_array().unwrap();
     // Six held-out prompts, one seed, four modes.
     assert_eq!(runs.len(), 24, "{json}");
@@ -455,6 +455,13 @@ fn eval_prints_one_table_of_modes() {
         // Six held-out objects, no seen ones in this prompt file.
         assert!(row.contains("/6 (") && row.contains("| – |"), "{row}");
     }
+    // Its stderr is not a terminal: one progress line per prompt and seed instead of a bar.
+    let err = stderr(&o);
+    assert!(
+        err.contains("evaluating 1/6: a green sphere (seed 0)")
+            && err.contains("evaluating 6/6: a red capsule (seed 0)"),
+        "{err}"
+    );
 }
 
 /// Output into a closed pipe (`clipsculpt info | head -1`) ends the process quietly, by SIGPIPE as

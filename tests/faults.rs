@@ -495,6 +495,34 @@ fn spawn_until(args: &[&str], marker: &str) -> Child {
     child
 }
 
+/// A killed `eval` keeps the records it had measured, marked incomplete.
+#[test]
+fn a_killed_eval_keeps_its_records() -> anyhow::Result<()> {
+    let d = tempfile::tempdir()?;
+    let prompts = prompt_file(d.path(), 4);
+    let records = d.path().join("records.json");
+    let mut args = vec![
+        "eval",
+        prompts.to_str().unwrap(),
+        "--seeds",
+        "1",
+        "--modes",
+        "prior",
+        "--records",
+        records.to_str().unwrap(),
+    ];
+    args.extend_from_slice(FAST);
+    let mut child = spawn_until(&args, "evaluating 3/4");
+    let killed = child.kill();
+    child.wait()?;
+    killed?;
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&records)?)?;
+    assert_eq!(json["complete"], false, "{json}");
+    let n = json["records"].as_array().map_or(0, |r| r.len());
+    assert!((2..4).contains(&n), "{n} records: {json}");
+    Ok(())
+}
+
 /// Two `generate` into one `--out`: the second refuses at once, the first completes.
 #[test]
 fn second_run_into_the_same_out_is_refused() {

@@ -14,7 +14,7 @@ use crate::batch::parse_prompt_file;
 use crate::guide::SamplingGradient;
 use crate::toy::fitted::Fitted;
 use crate::toy::split::held_out_split;
-use crate::toy::{caption, evaluate, EvalMode, EvalPlan};
+use crate::toy::{caption, evaluate, EvalMode, EvalPlan, EvalTable};
 
 /// Toy-world evaluation: shape/colour accuracy per guidance mode, seen vs held-out, with the
 /// attribution of every guided run.
@@ -74,17 +74,16 @@ impl Eval {
             held_out: &held_out,
             fitted: fitted.as_ref(),
         };
-        let table = evaluate(&models, &plan, &run, &device, |p, seed| {
-            bar.set_message(format!("{p} (seed {seed})"));
-            bar.inc(1);
+        let mut report = ItemReport::new(&bar, self.records.as_deref(), cx.quiet);
+        let table = evaluate(&models, &plan, &run, &device, |p, seed, so_far| {
+            report.item(p, seed, so_far)
         })?;
         bar.finish_and_clear();
         if let Some(path) = &self.records {
-            crate::atomic::write_atomic(path, table.to_json()?.as_bytes())
-                .map_err(|e| anyhow::anyhow!("writing the records to {}: {e}", path.display()))?;
+            write_records(path, &table, true)?;
         }
         if self.json {
-            println!("{}", table.to_json()?);
+            println!("{}", table.to_json(true)?);
             return Ok(ExitCode::from(EXIT_OK));
         }
         let negatives = match models.negatives.len() {
@@ -123,5 +122,55 @@ impl Eval {
             println!("{scorer}");
         }
         Ok(ExitCode::from(EXIT_OK))
+    }
+}
+
+/// Writes `table`'s JSON to `path` atomically.
+fn write_records(path: &std::path::Path, table: &EvalTable, complete: bool) -> anyhow::Result<()> {
+    let json = table.to_json(complete)?;
+    crate::atomic::write_atomic(path, json.as_bytes())
+        .map_err(|e| anyhow::anyhow!("writing the records to {}: {e}", path.display()))
+}
+
+/// What `eval` reports before each prompt and seed: the bar, or one line per item where stderr is not a terminal
+/// (a batch job, output redirected), and the records so far.
+struct ItemReport<'a> {
+    bar: &'a indicatif::ProgressBar,
+    lines: bool,
+    start: std::time::Instant,
+    /// Where the records go; `None` once a write of the records so far failed (warned about once).
+    records: Option<&'a std::path::Path>,
+}
+
+impl<'a> ItemReport<'a> {
+    fn new(
+        bar: &'a indicatif::ProgressBar,
+        records: Option<&'a std::path::Path>,
+        quiet: bool,
+    ) -> Self {
+        Self {
+            bar,
+            lines: bar.is_hidden() && !quiet,
+            start: std::time::Instant::now(),
+            records,
+        }
+    }
+
+    /// Reports the item `prompt` at `seed`, with the records measured before it (written marked incomplete, so
+    /// that a run stopped early keeps them; the final write after the evaluation still has to succeed).
+    fn item(&mut self, prompt: &str, seed: u64, so_far: &EvalTable) {
+        self.bar.set_message(format!("{prompt} (seed {seed})"));
+        self.bar.inc(1);
+        if let Some(path) = self.records {
+            if let Err(e) = write_records(path, so_far, false) {
+                tracing::warn!("{e:#}; the records will be written at the end");
+                self.records = None;
+            }
+        }
+        if self.lines {
+            let (k, n) = (self.bar.position(), self.bar.length().unwrap_or(0));
+            let t = self.start.elapsed().as_secs();
+            eprintln!("evaluating {k}/{n}: {prompt} (seed {seed}), {t} s so far");
+        }
     }
 }

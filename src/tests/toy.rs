@@ -125,9 +125,9 @@ fn models_with_the_caption_grid() -> Models {
 /// exploration by latent analogies starts the latent stage from the right object for held-out
 /// captions, judged by the toy evaluator (not by CLIP): "a black torus" (the prior's sample has
 /// no surface) and "a green sphere" (the prior gives a green cube). Both come from the bank's
-/// consensus completions, which the grid makes possible, not from gradient steps.
-#[test]
-fn exploration_with_the_caption_grid_finds_held_out_shapes() {
+/// consensus completions, which the grid makes possible, not from gradient steps. One test per
+/// caption, so that the two run side by side.
+fn exploration_with_the_caption_grid_finds(want: (Shape, Colour)) {
     use crate::guide::{GuideSettings, Target};
     use crate::pipeline::RunSettings;
     let m = models_with_the_caption_grid();
@@ -142,26 +142,31 @@ fn exploration_with_the_caption_grid_finds_held_out_shapes() {
             .and_then(|mesh| classify(&mesh).ok())
             .map(|c| (c.shape, c.colour))
     };
-    for want in [
-        (Shape::Torus, Colour::Black),
-        (Shape::Sphere, Colour::Green),
-    ] {
-        let prompt = caption(want.0, want.1);
-        let rng = Rng::new(run.seed);
-        let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
-        let before = verdict(&z0);
-        assert_ne!(before, Some(want), "the prior alone was already right");
-        let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
-        let guided = m
-            .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
-            .unwrap();
-        let (z, choice) = (guided.latent, guided.start);
-        assert!(
-            choice.candidate.is_some_and(|i| i >= choice.bank_size),
-            "{prompt}: the start was not a completion: {choice:?}"
-        );
-        assert_eq!(verdict(&z), Some(want), "{prompt}: guided from {before:?}");
-    }
+    let prompt = caption(want.0, want.1);
+    let rng = Rng::new(run.seed);
+    let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
+    let before = verdict(&z0);
+    assert_ne!(before, Some(want), "the prior alone was already right");
+    let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
+    let guided = m
+        .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
+        .unwrap();
+    let (z, choice) = (guided.latent, guided.start);
+    assert!(
+        choice.candidate.is_some_and(|i| i >= choice.bank_size),
+        "{prompt}: the start was not a completion: {choice:?}"
+    );
+    assert_eq!(verdict(&z), Some(want), "{prompt}: guided from {before:?}");
+}
+
+#[test]
+fn exploration_with_the_caption_grid_finds_the_black_torus() {
+    exploration_with_the_caption_grid_finds((Shape::Torus, Colour::Black));
+}
+
+#[test]
+fn exploration_with_the_caption_grid_finds_the_green_sphere() {
+    exploration_with_the_caption_grid_finds((Shape::Sphere, Colour::Green));
 }
 
 /// Exploration does not replace a right prior sample: for the seen "a green cube", whose
@@ -418,7 +423,7 @@ fn eval_records_carry_start_and_export_verdicts() -> anyhow::Result<()> {
         held_out: &HELD_OUT,
         fitted: Some(&fitted),
     };
-    let table = evaluate(&m, &plan, &run, &Device::Cpu, |_, _| {})?;
+    let table = evaluate(&m, &plan, &run, &Device::Cpu, |_, _, _| {})?;
     assert_eq!(table.records.len(), 3);
     let [prior, latent, sampling] = [0, 1, 2].map(|i| &table.records[i]);
     assert!(prior.attribution.is_none() && prior.right());

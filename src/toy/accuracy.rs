@@ -108,13 +108,13 @@ pub(crate) struct EvalPlan<'a> {
 }
 
 /// Evaluates every prompt of `plan` at every seed in every mode, with the common settings `s`;
-/// `on_item(prompt, seed)` reports progress.
+/// `on_item(prompt, seed, table)` reports progress before each prompt and seed, with the records so far.
 pub(crate) fn evaluate(
     models: &Models,
     plan: &EvalPlan<'_>,
     s: &RunSettings,
     device: &Device,
-    mut on_item: impl FnMut(&str, u64),
+    mut on_item: impl FnMut(&str, u64, &EvalTable),
 ) -> Result<EvalTable> {
     let mut table = EvalTable::new();
     for prompt in plan.prompts {
@@ -128,7 +128,7 @@ pub(crate) fn evaluate(
             run.right_object = Some(run.best_score(&fitted.instances(expected.0, expected.1)?)?);
         }
         for &seed in plan.seeds {
-            on_item(prompt, seed);
+            on_item(prompt, seed, &table);
             run.seed(seed, plan.modes, &mut table)?;
         }
     }

@@ -44,6 +44,7 @@ pub(crate) mod world;
 pub(crate) use accuracy::{evaluate, EvalMode, EvalPlan};
 pub(crate) use caption::{caption, parse_caption};
 pub(crate) use eval::classify;
+pub(crate) use report::EvalTable;
 pub(crate) use tokenizer::toy_tokenizer_json;
 pub(crate) use world::{is_held_out, HELD_OUT};
 pub use world::{Colour, Shape, WorldObject};

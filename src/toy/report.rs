@@ -361,14 +361,16 @@ impl EvalTable {
         Some(out)
     }
 
-    /// The summary and every record as pretty JSON.
-    pub(crate) fn to_json(&self) -> serde_json::Result<String> {
+    /// The summary and every record as pretty JSON; `complete` is false while the evaluation is still running.
+    pub(crate) fn to_json(&self, complete: bool) -> serde_json::Result<String> {
         #[derive(Serialize)]
         struct Json<'a> {
+            complete: bool,
             summary: BTreeMap<String, ModeSummary>,
             records: &'a [EvalRecord],
         }
         serde_json::to_string_pretty(&Json {
+            complete,
             summary: self.summary(),
             records: &self.records,
         })
@@ -554,7 +556,7 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| 1/4 | 0/4 | 1/4 |"), "{md}");
-        let json: serde_json::Value = serde_json::from_str(&t.to_json().unwrap()).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&t.to_json(true).unwrap()).unwrap();
         assert_eq!(
             json["records"][1]["attribution"]["start_verdict"]["shape"],
             "cube"
