@@ -495,9 +495,10 @@ fn spawn_until(args: &[&str], marker: &str) -> Child {
     child
 }
 
-/// A killed `eval` keeps the records it had measured, marked incomplete.
+/// A killed `eval` keeps the records it had measured, marked incomplete; `--resume` with the same command takes
+/// them and runs the rest, and refuses a records file made with other settings.
 #[test]
-fn a_killed_eval_keeps_its_records() -> anyhow::Result<()> {
+fn a_killed_eval_keeps_its_records_and_resumes() -> anyhow::Result<()> {
     let d = tempfile::tempdir()?;
     let prompts = prompt_file(d.path(), 4);
     let records = d.path().join("records.json");
@@ -520,6 +521,23 @@ fn a_killed_eval_keeps_its_records() -> anyhow::Result<()> {
     assert_eq!(json["complete"], false, "{json}");
     let n = json["records"].as_array().map_or(0, |r| r.len());
     assert!((2..4).contains(&n), "{n} records: {json}");
+    let kept = json["records"][0].clone();
+    let mut other = args.clone();
+    other.extend(["--resume", "--seed", "5"]);
+    let o = run(&other, &[]);
+    one_line_error(&o, 2, &["were made with other settings (", "seeds"]);
+    args.push("--resume");
+    let o = run(&args, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("resuming a stopped evaluation: {n} runs taken from")),
+        "{}",
+        stderr(&o)
+    );
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&records)?)?;
+    assert_eq!(json["complete"], true, "{json}");
+    assert_eq!(json["records"].as_array().map_or(0, |r| r.len()), 4);
+    assert_eq!(json["records"][0], kept, "a resumed record is taken as it was");
     Ok(())
 }
 

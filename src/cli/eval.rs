@@ -14,7 +14,7 @@ use crate::batch::parse_prompt_file;
 use crate::guide::SamplingGradient;
 use crate::toy::fitted::Fitted;
 use crate::toy::split::held_out_split;
-use crate::toy::{caption, evaluate, EvalMode, EvalPlan, EvalTable};
+use crate::toy::{caption, evaluate, records, EvalMode, EvalPlan, EvalTable};
 
 /// Toy-world evaluation: shape/colour accuracy per guidance mode, seen vs held-out, with the
 /// attribution of every guided run.
@@ -46,6 +46,10 @@ pub(super) struct Eval {
     /// tables are printed.
     #[arg(long, value_name = "FILE")]
     records: Option<PathBuf>,
+    /// Take the runs the --records file already holds (from an eval with the same settings that was stopped)
+    /// instead of running them again.
+    #[arg(long, requires = "records")]
+    resume: bool,
 }
 
 impl Eval {
@@ -67,23 +71,34 @@ impl Eval {
             Some(path) => Some(Fitted::load(path, &device)?),
             None => None,
         };
+        let settings = serde_json::json!({
+            "prompts": prompts,
+            "seeds": seeds,
+            "modes": self.modes.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
+            "run": run,
+            "models": models.sources,
+            "negatives": models.negatives,
+            "reference_latents": self.reference_latents,
+        });
+        let done = self.resumed(&settings, cx.quiet)?;
         let plan = EvalPlan {
             prompts: &prompts,
             seeds: &seeds,
             modes: &self.modes,
             held_out: &held_out,
             fitted: fitted.as_ref(),
+            done: done.as_ref(),
         };
-        let mut report = ItemReport::new(&bar, self.records.as_deref(), cx.quiet);
+        let mut report = ItemReport::new(&bar, self.records.as_deref(), &settings, cx.quiet);
         let table = evaluate(&models, &plan, &run, &device, |p, seed, so_far| {
             report.item(p, seed, so_far)
         })?;
         bar.finish_and_clear();
         if let Some(path) = &self.records {
-            write_records(path, &table, true)?;
+            write_records(path, &table, &settings, true)?;
         }
         if self.json {
-            println!("{}", table.to_json(true)?);
+            println!("{}", records::to_json(&table, &settings, true)?);
             return Ok(ExitCode::from(EXIT_OK));
         }
         let negatives = match models.negatives.len() {
@@ -125,9 +140,46 @@ impl Eval {
     }
 }
 
-/// Writes `table`'s JSON to `path` atomically.
-fn write_records(path: &std::path::Path, table: &EvalTable, complete: bool) -> anyhow::Result<()> {
-    let json = table.to_json(complete)?;
+impl Eval {
+    /// With `--resume`, the runs the records file holds (none when it does not exist yet), after checking that it was
+    /// made with these `settings`.
+    fn resumed(
+        &self,
+        settings: &serde_json::Value,
+        quiet: bool,
+    ) -> anyhow::Result<Option<EvalTable>> {
+        let (Some(path), true) = (&self.records, self.resume) else {
+            return Ok(None);
+        };
+        let Some((table, complete)) = records::resume_from(path, settings)? else {
+            if !quiet {
+                eprintln!(
+                    "{} does not exist yet: nothing to resume, starting afresh",
+                    path.display()
+                );
+            }
+            return Ok(None);
+        };
+        if !quiet {
+            let state = if complete { "a finished" } else { "a stopped" };
+            eprintln!(
+                "resuming {state} evaluation: {} runs taken from {}",
+                table.records.len(),
+                path.display()
+            );
+        }
+        Ok(Some(table))
+    }
+}
+
+/// Writes `table`'s JSON with its `settings` to `path` atomically.
+fn write_records(
+    path: &std::path::Path,
+    table: &EvalTable,
+    settings: &serde_json::Value,
+    complete: bool,
+) -> anyhow::Result<()> {
+    let json = records::to_json(table, settings, complete)?;
     crate::atomic::write_atomic(path, json.as_bytes())
         .map_err(|e| anyhow::anyhow!("writing the records to {}: {e}", path.display()))
 }
@@ -140,12 +192,15 @@ struct ItemReport<'a> {
     start: std::time::Instant,
     /// Where the records go; `None` once a write of the records so far failed (warned about once).
     records: Option<&'a std::path::Path>,
+    /// The evaluation's settings, written with the records.
+    settings: &'a serde_json::Value,
 }
 
 impl<'a> ItemReport<'a> {
     fn new(
         bar: &'a indicatif::ProgressBar,
         records: Option<&'a std::path::Path>,
+        settings: &'a serde_json::Value,
         quiet: bool,
     ) -> Self {
         Self {
@@ -153,6 +208,7 @@ impl<'a> ItemReport<'a> {
             lines: bar.is_hidden() && !quiet,
             start: std::time::Instant::now(),
             records,
+            settings,
         }
     }
 
@@ -162,7 +218,7 @@ impl<'a> ItemReport<'a> {
         self.bar.set_message(format!("{prompt} (seed {seed})"));
         self.bar.inc(1);
         if let Some(path) = self.records {
-            if let Err(e) = write_records(path, so_far, false) {
+            if let Err(e) = write_records(path, so_far, self.settings, false) {
                 tracing::warn!("{e:#}; the records will be written at the end");
                 self.records = None;
             }

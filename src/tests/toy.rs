@@ -422,6 +422,7 @@ fn eval_records_carry_start_and_export_verdicts() -> anyhow::Result<()> {
         modes: &[EvalMode::Prior, EvalMode::Latent, EvalMode::Sampling],
         held_out: &HELD_OUT,
         fitted: Some(&fitted),
+        done: None,
     };
     let table = evaluate(&m, &plan, &run, &Device::Cpu, |_, _, _| {})?;
     assert_eq!(table.records.len(), 3);

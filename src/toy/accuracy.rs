@@ -105,6 +105,9 @@ pub(crate) struct EvalPlan<'a> {
     pub(crate) held_out: &'a [(Shape, Colour)],
     /// The world's fitted latents, to score every export beside the right object ([`ScorerCheck`]).
     pub(crate) fitted: Option<&'a Fitted>,
+    /// Records of an earlier, stopped evaluation with the same settings: the prompts and seeds that hold every mode
+    /// are taken from it instead of run again.
+    pub(crate) done: Option<&'a EvalTable>,
 }
 
 /// Evaluates every prompt of `plan` at every seed in every mode, with the common settings `s`;
@@ -117,18 +120,30 @@ pub(crate) fn evaluate(
     mut on_item: impl FnMut(&str, u64, &EvalTable),
 ) -> Result<EvalTable> {
     let mut table = EvalTable::new();
+    let modes: Vec<String> = plan.modes.iter().map(|m| m.to_string()).collect();
     for prompt in plan.prompts {
         let Ok(expected) = EvalTable::expected(prompt) else {
             tracing::warn!("{prompt:?} names no toy shape and colour; skipped");
             continue;
         };
         let held_out = plan.held_out.contains(&expected);
-        let mut run = PromptRun::new(models, prompt, (expected, held_out), s, device)?;
-        if let Some(fitted) = plan.fitted {
-            run.right_object = Some(run.best_score(&fitted.instances(expected.0, expected.1)?)?);
-        }
+        let mut run = None;
         for &seed in plan.seeds {
             on_item(prompt, seed, &table);
+            if let Some(done) = plan.done.and_then(|d| d.runs_of(prompt, seed, &modes)) {
+                table.records.extend(done);
+                continue;
+            }
+            let run = match &mut run {
+                Some(run) => run,
+                None => run.insert(PromptRun::new(
+                    models,
+                    prompt,
+                    (expected, held_out),
+                    (s, plan.fitted),
+                    device,
+                )?),
+            };
             run.seed(seed, plan.modes, &mut table)?;
         }
     }
@@ -197,15 +212,17 @@ struct Judged {
 }
 
 impl<'a> PromptRun<'a> {
+    /// The runs of `prompt`, with the settings `s`; with the world's `fitted` latents, the right object's best
+    /// held-aside score is computed once here.
     fn new(
         models: &'a Models,
         prompt: &'a str,
         (expected, held_out): ((Shape, Colour), bool),
-        s: &'a RunSettings,
+        (s, fitted): (&'a RunSettings, Option<&Fitted>),
         device: &'a Device,
     ) -> Result<Self> {
         let target = Target::new(&models.scorer, prompt, &models.negatives, s.guide.contrast)?;
-        Ok(Self {
+        let mut run = Self {
             models,
             prompt,
             expected,
@@ -214,7 +231,11 @@ impl<'a> PromptRun<'a> {
             right_object: None,
             s,
             device,
-        })
+        };
+        if let Some(fitted) = fitted {
+            run.right_object = Some(run.best_score(&fitted.instances(expected.0, expected.1)?)?);
+        }
+        Ok(run)
     }
 
     /// The best held-aside score among `latents` `(n, rows, d)`.

@@ -31,6 +31,7 @@ pub(crate) mod fit_decoder;
 pub(crate) mod fitted;
 pub mod probe;
 pub mod random;
+pub(crate) mod records;
 pub(crate) mod render;
 pub(crate) mod report;
 pub(crate) mod split;

@@ -361,19 +361,22 @@ impl EvalTable {
         Some(out)
     }
 
-    /// The summary and every record as pretty JSON; `complete` is false while the evaluation is still running.
-    pub(crate) fn to_json(&self, complete: bool) -> serde_json::Result<String> {
-        #[derive(Serialize)]
-        struct Json<'a> {
-            complete: bool,
-            summary: BTreeMap<String, ModeSummary>,
-            records: &'a [EvalRecord],
-        }
-        serde_json::to_string_pretty(&Json {
-            complete,
-            summary: self.summary(),
-            records: &self.records,
-        })
+    /// The records of `prompt` at `seed`, one per mode of `modes` in that order, when the table holds all of them.
+    pub(crate) fn runs_of(
+        &self,
+        prompt: &str,
+        seed: u64,
+        modes: &[String],
+    ) -> Option<Vec<EvalRecord>> {
+        modes
+            .iter()
+            .map(|m| {
+                self.records
+                    .iter()
+                    .find(|r| r.prompt == prompt && r.seed == seed && &r.mode == m)
+                    .cloned()
+            })
+            .collect()
     }
 }
 
@@ -556,7 +559,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| 1/4 | 0/4 | 1/4 |"), "{md}");
-        let json: serde_json::Value = serde_json::from_str(&t.to_json(true).unwrap()).unwrap();
+        let json: serde_json::Value = serde_json::from_str(
+            &crate::toy::records::to_json(&t, &serde_json::Value::Null, true).unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             json["records"][1]["attribution"]["start_verdict"]["shape"],
             "cube"
