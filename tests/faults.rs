@@ -530,14 +530,19 @@ fn a_killed_eval_keeps_its_records_and_resumes() -> anyhow::Result<()> {
     let o = run(&args, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains(&format!("resuming a stopped evaluation: {n} runs taken from")),
+        stderr(&o).contains(&format!(
+            "resuming a stopped evaluation: {n} runs taken from"
+        )),
         "{}",
         stderr(&o)
     );
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&records)?)?;
     assert_eq!(json["complete"], true, "{json}");
     assert_eq!(json["records"].as_array().map_or(0, |r| r.len()), 4);
-    assert_eq!(json["records"][0], kept, "a resumed record is taken as it was");
+    assert_eq!(
+        json["records"][0], kept,
+        "a resumed record is taken as it was"
+    );
     Ok(())
 }
 

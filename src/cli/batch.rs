@@ -89,6 +89,13 @@ impl Batch {
             summary.other_shards,
             summary.running_elsewhere
         );
+        if summary.failed > 0 && !cx.quiet {
+            eprintln!(
+                "the failed items' reasons are in the manifest in {}, and anything they wrote is in their \
+                 <id>.failed/ folders there; the same command run again retries them",
+                out.display()
+            );
+        }
         let code = if summary.failed > 0 || !parsed.errors.is_empty() {
             EXIT_PARTIAL
         } else {
