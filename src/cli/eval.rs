@@ -138,9 +138,7 @@ impl Eval {
         }
         Ok(ExitCode::from(EXIT_OK))
     }
-}
 
-impl Eval {
     /// With `--resume`, the runs the records file holds (none when it does not exist yet), after checking that it was
     /// made with these `settings`.
     fn resumed(
