@@ -121,6 +121,25 @@ fn models_with_the_caption_grid() -> Models {
     m
 }
 
+/// The prior's sample of `prompt` at the evaluation's seed, and the latent stage run from it with exploration by
+/// latent analogies (the evaluation's settings otherwise).
+fn explored(m: &Models, prompt: &str) -> (Tensor, crate::pipeline::Guided) {
+    use crate::guide::{GuideSettings, Target};
+    use crate::pipeline::RunSettings;
+    let dev = Device::Cpu;
+    let run = RunSettings::for_evaluation(GuideSettings {
+        explore: crate::guide::Explore::Analogies,
+        ..GuideSettings::default()
+    });
+    let rng = Rng::new(run.seed);
+    let z0 = m.run_sample(prompt, &run, &rng, &dev).unwrap();
+    let target = Target::new(&m.scorer, prompt, &m.negatives, run.guide.contrast).unwrap();
+    let guided = m
+        .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
+        .unwrap();
+    (z0, guided)
+}
+
 /// With the caption grid as negatives (opt-in: it lists the evaluation's captions),
 /// exploration by latent analogies starts the latent stage from the right object for held-out
 /// captions, judged by the toy evaluator (not by CLIP): "a black torus" (the prior's sample has
@@ -128,29 +147,17 @@ fn models_with_the_caption_grid() -> Models {
 /// consensus completions, which the grid makes possible, not from gradient steps. One test per
 /// caption, so that the two run side by side.
 fn exploration_with_the_caption_grid_finds(want: (Shape, Colour)) {
-    use crate::guide::{GuideSettings, Target};
-    use crate::pipeline::RunSettings;
     let m = models_with_the_caption_grid();
-    let dev = Device::Cpu;
-    let run = RunSettings::for_evaluation(GuideSettings {
-        explore: crate::guide::Explore::Analogies,
-        ..GuideSettings::default()
-    });
     let verdict = |z: &Tensor| {
-        extract_mesh(&m.shap_e.decoder, z, 64, &dev)
+        extract_mesh(&m.shap_e.decoder, z, 64, &Device::Cpu)
             .ok()
             .and_then(|mesh| classify(&mesh).ok())
             .map(|c| (c.shape, c.colour))
     };
     let prompt = caption(want.0, want.1);
-    let rng = Rng::new(run.seed);
-    let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
+    let (z0, guided) = explored(&m, &prompt);
     let before = verdict(&z0);
     assert_ne!(before, Some(want), "the prior alone was already right");
-    let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
-    let guided = m
-        .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
-        .unwrap();
     let (z, choice) = (guided.latent, guided.start);
     assert!(
         choice.candidate.is_some_and(|i| i >= choice.bank_size),
@@ -173,29 +180,16 @@ fn exploration_with_the_caption_grid_finds_the_green_sphere() {
 /// completions include the green sphere, guidance keeps the green cube.
 #[test]
 fn exploration_keeps_a_right_prior_sample() {
-    use crate::guide::{GuideSettings, Target};
-    use crate::pipeline::RunSettings;
     let m = models_with_the_caption_grid();
-    let dev = Device::Cpu;
-    let run = RunSettings::for_evaluation(GuideSettings {
-        explore: crate::guide::Explore::Analogies,
-        ..GuideSettings::default()
-    });
     let want = (Shape::Cube, Colour::Green);
-    let prompt = caption(want.0, want.1);
-    let rng = Rng::new(run.seed);
-    let z0 = m.run_sample(&prompt, &run, &rng, &dev).unwrap();
-    let target = Target::new(&m.scorer, &prompt, &m.negatives, run.guide.contrast).unwrap();
-    let guided = m
-        .guide(&target, unscored(&z0), &run, &rng, &dev, |_, _| {})
-        .unwrap();
+    let (_, guided) = explored(&m, &caption(want.0, want.1));
     let (z, choice) = (guided.latent, guided.start);
     assert!(
         !choice.completion_support.is_empty(),
         "the bank had no completions"
     );
     assert_eq!(choice.candidate, None, "{choice:?}");
-    let mesh = extract_mesh(&m.shap_e.decoder, &z, 64, &dev).unwrap();
+    let mesh = extract_mesh(&m.shap_e.decoder, &z, 64, &Device::Cpu).unwrap();
     let c = classify(&mesh).unwrap();
     assert_eq!((c.shape, c.colour), want);
 }
