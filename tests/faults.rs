@@ -546,6 +546,63 @@ fn a_killed_eval_keeps_its_records_and_resumes() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A stand-in for Blender that reports a version and crashes on every render.
+fn crashing_blender(dir: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = dir.join("blender");
+    std::fs::write(
+        &exe,
+        "#!/bin/sh\ncase \"$*\" in *--version*) echo 'Blender 3.4.1'; exit 0;; esac\necho 'Segmentation fault' >&2\nexit 139\n",
+    )?;
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))?;
+    Ok(exe)
+}
+
+/// A Blender preview that fails keeps the finished run: exit 1, one line naming its folder, the log and the command
+/// that renders the preview again. A run with no mesh skips the preview and keeps its latents (exit 3).
+#[test]
+fn a_failed_blender_preview_keeps_the_run() -> anyhow::Result<()> {
+    let d = tempfile::tempdir()?;
+    let blender = crashing_blender(d.path())?;
+    let blender = blender.to_str().unwrap();
+    let out = d.path().join("run");
+    let extra = ["--blender-preview", "--blender-path", blender];
+    let o = run(&generate_args("a red cube", &out, &extra), &[]);
+    let e = one_line_error(&o, 1, &["Segmentation fault", "the run is complete in"]);
+    let log = out.join("blender_preview.log");
+    assert!(e.contains(log.to_str().unwrap()), "{e}");
+    assert!(
+        e.contains(&format!("clipsculpt preview {} --blender", out.display())),
+        "{e}"
+    );
+    for f in RUN_FILES {
+        assert!(out.join(f).is_file(), "{f} missing: {:?}", names(&out));
+    }
+    // The embedded prior's "a black torus" has no surface at seed 0.
+    let torus = d.path().join("torus");
+    let extra = [
+        "--guide",
+        "off",
+        "--prior-steps",
+        "64",
+        "--blender-preview",
+        "--blender-path",
+        blender,
+    ];
+    let o = run(&generate_args("a black torus", &torus, &extra), &[]);
+    one_line_error(&o, 3, &["no mesh"]);
+    assert!(
+        torus.join("latent.safetensors").is_file(),
+        "{:?}",
+        names(&torus)
+    );
+    assert!(
+        !torus.join("blender_preview.log").exists(),
+        "Blender ran on a run with no mesh"
+    );
+    Ok(())
+}
+
 /// Two `generate` into one `--out`: the second refuses at once, the first completes.
 #[test]
 fn second_run_into_the_same_out_is_refused() {

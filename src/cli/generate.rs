@@ -9,7 +9,7 @@ use super::args::GenerateArgs;
 use super::context::{default_out, in_private, Context};
 use super::preview::BlenderPreviewArgs;
 use super::progress::StageBar;
-use super::{EXIT_NO_MESH, EXIT_OK};
+use super::{EXIT_NO_MESH, EXIT_OK, EXIT_PARTIAL};
 use crate::atomic::OutputDir;
 use crate::batch::check_prompt;
 use crate::guide::GuideMode;
@@ -50,14 +50,24 @@ impl Generate {
         let dir = OutputDir::folder(&out, overwrite)?;
         let models = cx.load_models(&settings.models, &device)?;
         let bar = StageBar::new(cx.quiet);
-        let report = in_private(&dir, |work| {
+        // A failed Blender preview does not discard the run: it is kept and reported after the commit.
+        let (report, preview) = in_private(&dir, |work| {
             let report =
                 pipeline::generate(&models, &prompt, &run, work, &device, |p| bar.update(p))?;
             bar.finish();
-            if let Some(exe) = &blender_exe {
-                super::preview::render_run(exe, work, &blender.blender, cx.quiet)?;
-            }
-            Ok(report)
+            // The error names files in `work`, which becomes `out`.
+            let preview = match (&blender_exe, &report.no_mesh) {
+                (Some(exe), None) => {
+                    super::preview::render_run(exe, work, &blender.blender, cx.quiet)
+                        .err()
+                        .map(|e| {
+                            super::error_line(&e)
+                                .replace(&*work.to_string_lossy(), &out.to_string_lossy())
+                        })
+                }
+                _ => None,
+            };
+            Ok((report, preview))
         })?;
         dir.commit()?;
         if let Some(reason) = &report.no_mesh {
@@ -73,6 +83,14 @@ impl Generate {
         if !cx.quiet {
             println!("{prompt:?}: {} in {}", outcome(&report), out.display());
             eprintln!("time {}", report.seconds.summary());
+        }
+        if let Some(e) = preview {
+            eprintln!(
+                "error: {e}; the run is complete in {} (`clipsculpt preview {} --blender` renders the preview again)",
+                out.display(),
+                out.display()
+            );
+            return Ok(ExitCode::from(EXIT_PARTIAL));
         }
         Ok(ExitCode::from(EXIT_OK))
     }

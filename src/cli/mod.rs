@@ -28,7 +28,8 @@ use context::Context;
 
 /// Exit code: everything succeeded.
 pub(crate) const EXIT_OK: u8 = 0;
-/// Exit code: a batch finished but some items failed (see the manifest).
+/// Exit code: a batch finished but some items failed (see the manifest), or `generate` wrote its run but its
+/// Blender preview failed.
 pub(crate) const EXIT_PARTIAL: u8 = 1;
 /// Exit code: usage or setup error; nothing was produced.
 pub(crate) const EXIT_SETUP: u8 = 2;

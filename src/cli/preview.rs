@@ -88,8 +88,8 @@ pub(super) fn render_run(
     opts: &BlenderArgs,
     quiet: bool,
 ) -> anyhow::Result<()> {
-    let report = blender::preview(exe, dir, dir, &opts.settings())
-        .with_context(|| format!("Blender preview of {}", dir.display()))?;
+    // The folder is still the run's private one here: its path would name nothing once the run is in place.
+    let report = blender::preview(exe, dir, dir, &opts.settings()).context("Blender preview")?;
     if !quiet {
         println!(
             "Blender preview in {:.1} s: {}",
