@@ -155,10 +155,20 @@ pub(crate) fn mesh_input(input: &Path) -> Result<PathBuf, BlenderError> {
             .map(|n| input.join(n))
             .find(|p| p.is_file())
             .ok_or_else(|| {
-                bad(format!(
-                    "not a run folder: it has none of {} (run `clipsculpt generate` with --formats glb, ply or obj)",
-                    RUN_MESHES.join(", ")
-                ))
+                let latent = input.join("latent.safetensors");
+                bad(if latent.is_file() {
+                    format!(
+                        "the run has no mesh (none of {}); `clipsculpt export {}` makes one, with `--level L` when \
+                         its field had no surface at 0",
+                        RUN_MESHES.join(", "),
+                        latent.display()
+                    )
+                } else {
+                    format!(
+                        "not a run folder: it has none of {} (run `clipsculpt generate` with --formats glb, ply or obj)",
+                        RUN_MESHES.join(", ")
+                    )
+                })
             });
     }
     if !input.is_file() {
@@ -353,6 +363,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let err = mesh_input(d.path()).unwrap_err().to_string();
         assert!(err.contains("not a run folder"), "{err}");
+        // A run with latents but no mesh (no surface): the error names the export that makes one.
+        std::fs::write(d.path().join("latent.safetensors"), "").unwrap();
+        let err = mesh_input(d.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("the run has no mesh") && err.contains("clipsculpt export"),
+            "{err}"
+        );
+        std::fs::remove_file(d.path().join("latent.safetensors")).unwrap();
         std::fs::write(d.path().join("mesh.obj"), "").unwrap();
         std::fs::write(d.path().join("mesh.ply"), "").unwrap();
         assert_eq!(mesh_input(d.path()).unwrap(), d.path().join("mesh.ply"));
