@@ -91,10 +91,17 @@ pub(super) fn render_run(
     // The folder is still the run's private one here: its path would name nothing once the run is in place.
     let report = blender::preview(exe, dir, dir, &opts.settings()).context("Blender preview")?;
     if !quiet {
+        // File names only: `dir` is moved into place after this.
+        let names: Vec<String> = report
+            .files
+            .iter()
+            .filter_map(|f| f.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
         println!(
             "Blender preview in {:.1} s: {}",
             report.seconds,
-            report.files[0].display()
+            names.join(", ")
         );
     }
     Ok(())
