@@ -69,8 +69,8 @@ impl Batch {
             pipeline::generate(&models, &item.prompt, &s, dir, &device, |_| {})
                 .and_then(|report| match report.no_mesh {
                     Some(reason) => Err(anyhow::anyhow!(
-                        "no mesh: {reason}; `clipsculpt export <folder>/latent.safetensors --level L`, with \
-                         the batch's `--model`, meshes its latent at another level"
+                        "no mesh: {reason}; {}",
+                        super::remesh_hint("<folder>/latent.safetensors")
                     )),
                     None => Ok(()),
                 })

@@ -72,11 +72,9 @@ impl Generate {
         dir.commit()?;
         if let Some(reason) = &report.no_mesh {
             eprintln!(
-                "error: {prompt:?}: no mesh: {reason}; the latents, previews and report.json are in {} \
-                 (`clipsculpt export {} --level L`, with the run's `--model`, meshes it at another \
-                 level)",
+                "error: {prompt:?}: no mesh: {reason}; the latents, previews and report.json are in {} ({})",
                 out.display(),
-                out.join("latent.safetensors").display()
+                super::remesh_hint(&out.join("latent.safetensors").to_string_lossy())
             );
             return Ok(ExitCode::from(EXIT_NO_MESH));
         }

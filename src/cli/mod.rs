@@ -113,6 +113,11 @@ pub(crate) fn init_tracing(args: &Args) {
         .try_init();
 }
 
+/// How to mesh a saved latent whose field has no surface at level 0.
+pub(crate) fn remesh_hint(latent: &str) -> String {
+    format!("`clipsculpt export {latent} --level L`, with the run's `--model`, meshes it at another level")
+}
+
 /// An error as one line: its chain of causes joined by `: `, each cause once (a cause already
 /// spelled out by the message above it is not repeated), line breaks folded into `; `.
 pub(crate) fn error_line(err: &anyhow::Error) -> String {
