@@ -1,0 +1,489 @@
+//! The command line as a user meets it: exit codes and one-line errors for bad input.
+
+mod common;
+use common::copy_dir;
+
+use std::process::{Command, Output};
+
+fn clipsculpt(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_clipsculpt"));
+    cmd.args(args).env_remove("RUST_LOG");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn help_lists_every_subcommand_and_exit_codes() {
+    let o = clipsculpt(&["--help"], &[]);
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    for sub in ["generate", "batch", "sample", "export", "info", "download"] {
+        assert!(out.contains(sub), "--help lacks {sub}");
+    }
+    assert!(out.contains("Exit codes"));
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    for args in [
+        &["--device", "tpu", "info"][..],
+        &["generate", "a cube", "--checkpoint", "every:0"],
+        &["generate", "a cube", "--memory-budget", "lots"],
+        &["generate", "a cube", "--eval-resolution", "2"],
+        &["generate", "a cube", "--candidates", "0"],
+        &["batch", "p.txt", "--shard", "3/3"],
+        &["generate", "a cube", "--model", "./no/such/folder"],
+    ] {
+        let o = clipsculpt(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{args:?}");
+    }
+}
+
+/// `train-toy` refuses bad flags before it creates its output folder.
+#[test]
+fn train_toy_refuses_bad_flags_without_leaving_a_folder() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("world");
+    let out_arg = out.to_str().unwrap();
+    for args in [
+        &["train-toy", "--out", out_arg, "--prior-mixup", "2"][..],
+        &[
+            "train-toy",
+            "--out",
+            out_arg,
+            "--prior-mixup",
+            "0.5",
+            "--prior-uncaptioned-held-out",
+        ],
+    ] {
+        let o = clipsculpt(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(!out.exists(), "{args:?} left {}", out.display());
+    }
+}
+
+/// `info --model toy` describes the Shap-E pipeline (prior, decoder, scheduler, sampling, text
+/// encoder), not only its folder.
+#[test]
+fn info_describes_a_shap_e_pipeline() {
+    let o = clipsculpt(&["info", "--model", "toy"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for part in [
+        "prior:",
+        "decoder (shap_e_renderer)",
+        "scheduler:",
+        "sampling: guidance scale",
+        "text encoder:",
+        "parameters:",
+    ] {
+        assert!(out.contains(part), "info lacks {part:?}:\n{out}");
+    }
+}
+
+#[test]
+fn download_offline_without_cache_names_the_fix() {
+    let home = tempfile::tempdir().unwrap();
+    let o = clipsculpt(
+        &["download", "openai/clip-vit-base-patch32"],
+        &[
+            ("HF_HUB_OFFLINE", "1"),
+            ("HF_HOME", home.path().to_str().unwrap()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("HF_HUB_OFFLINE") && e.contains("config.json"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "one-line error: {e}");
+}
+
+/// Settings that make one item take about a second on the embedded default.
+const FAST: &[&str] = &[
+    "--guide",
+    "latent",
+    "--steps",
+    "2",
+    "--prior-steps",
+    "2",
+    "--resolution",
+    "8",
+    "--views",
+    "1",
+    "--grid",
+    "16",
+    "--preview-size",
+    "8",
+    "--formats",
+    "glb,ply",
+];
+
+fn with_fast<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = args.to_vec();
+    v.extend_from_slice(FAST);
+    v
+}
+
+fn one_line_error(o: &Output, what: &str) {
+    assert_eq!(o.status.code(), Some(2), "{what}: {}", stderr(o));
+    let e = stderr(o);
+    assert!(!e.contains("panicked"), "{what}: {e}");
+    assert_eq!(
+        e.trim().lines().count(),
+        1,
+        "{what}: one-line error expected, got {e}"
+    );
+}
+
+#[test]
+fn bad_inputs_give_one_line_errors_and_no_output() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let o = out.to_str().unwrap();
+    one_line_error(
+        &clipsculpt(&with_fast(&["generate", "  ", "--out", o]), &[]),
+        "empty prompt",
+    );
+    let long = "a ".repeat(600);
+    one_line_error(
+        &clipsculpt(&with_fast(&["generate", &long, "--out", o]), &[]),
+        "over-long prompt",
+    );
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&["generate", "a cube", "--memory-budget", "1KiB", "--out", o]),
+            &[],
+        ),
+        "tiny budget",
+    );
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&[
+                "generate",
+                "a cube",
+                "--sampling-recurrence",
+                "0",
+                "--out",
+                o,
+            ]),
+            &[],
+        ),
+        "no takes of a guided step",
+    );
+    assert!(!out.exists(), "no output folder for refused runs");
+    let missing = d.path().join("missing.txt");
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&["batch", missing.to_str().unwrap(), "--out", o]),
+            &[],
+        ),
+        "missing prompt file",
+    );
+    let latin1 = d.path().join("latin1.txt");
+    std::fs::write(&latin1, b"caf\xe9\n").unwrap();
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&["batch", latin1.to_str().unwrap(), "--out", o]),
+            &[],
+        ),
+        "not UTF-8",
+    );
+    // Corrupt weights: a truncated safetensors file in a copy of the embedded model.
+    let model = d.path().join("model");
+    copy_dir(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/toy/shap_e"),
+        &model,
+    );
+    let w = model.join("prior/diffusion_pytorch_model.safetensors");
+    let bytes = std::fs::read(&w).unwrap();
+    std::fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&[
+                "generate",
+                "a cube",
+                "--model",
+                model.to_str().unwrap(),
+                "--out",
+                o,
+            ]),
+            &[],
+        ),
+        "truncated weights",
+    );
+    // An output folder that cannot be created (a file is in the way).
+    let blocker = d.path().join("file");
+    std::fs::write(&blocker, "x").unwrap();
+    let bad_out = blocker.join("sub");
+    one_line_error(
+        &clipsculpt(
+            &with_fast(&["generate", "a cube", "--out", bad_out.to_str().unwrap()]),
+            &[],
+        ),
+        "unwritable output",
+    );
+}
+
+/// What every `generate` run writes besides its mesh files.
+const RUN_FILES_BUT_MESH: [&str; 5] = [
+    "latent.safetensors",
+    "latent_prior.safetensors",
+    "preview.png",
+    "preview_prior.png",
+    "report.json",
+];
+
+#[test]
+fn generate_writes_every_output() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("red-cube");
+    let o = clipsculpt(
+        &with_fast(&[
+            "generate",
+            "a red cube",
+            "--out",
+            out.to_str().unwrap(),
+            "--candidates",
+            "2",
+        ]),
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Where the time went, one line after the result.
+    let time = stderr(&o);
+    let time = time.lines().find(|l| l.starts_with("time ")).unwrap_or("");
+    assert!(
+        time.contains(" s: ") && time.contains("sampling"),
+        "{time:?}"
+    );
+    for f in ["mesh.glb", "mesh.ply"].iter().chain(&RUN_FILES_BUT_MESH) {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["prompt"], "a red cube");
+    // Both candidate noises scored, the better one chosen.
+    let scores: Vec<f64> = report["noise"]["scores"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_f64()).collect())
+        .unwrap_or_default();
+    assert_eq!(scores.len(), 2, "{}", report["noise"]);
+    let chosen = report["noise"]["chosen"].as_u64().unwrap_or(9) as usize;
+    assert!(
+        chosen < 2 && scores[chosen] >= scores[1 - chosen],
+        "{scores:?} {chosen}"
+    );
+    assert_eq!(
+        report["trace"]["cosine"].as_array().map(|a| a.len()),
+        Some(2)
+    );
+}
+
+/// The toy prior's "a black torus" has no surface: unguided, `generate` still writes the latents, the previews
+/// and a report that says why there is no mesh, and exits with 3.
+#[test]
+fn a_latent_without_surface_keeps_its_outputs() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("black-torus");
+    let o = clipsculpt(
+        &[
+            "-q",
+            "generate",
+            "a black torus",
+            "--guide",
+            "off",
+            "--grid",
+            "32",
+            "--preview-size",
+            "8",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no mesh: no surface"), "{}", stderr(&o));
+    for f in RUN_FILES_BUT_MESH {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    assert!(!out.join("mesh.glb").exists());
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert!(report["mesh"].is_null());
+    assert!(report["no_mesh"].as_str().unwrap().contains("no surface"));
+}
+
+fn manifest_ids(out: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(out.join("manifest.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["status"] == "done")
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Kill the batch after its first item, rerun: every item done exactly once, no partial files;
+/// a bad line is reported with its number and the rest proceed (exit code 1).
+#[test]
+fn batch_resumes_after_a_kill_and_reports_bad_lines() {
+    let d = tempfile::tempdir().unwrap();
+    let prompts = d.path().join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\": \"a red cube\"}\n{\"prompt\": \"a blue torus\", \"seed\": 4}\n{\"prompt\": oops}\n{\"prompt\": \"a green cone\"}\n{\"prompt\": \"a black sphere\", \"name\": \"sphere\"}\n",
+    )
+    .unwrap();
+    let out = d.path().join("out");
+    let args = with_fast(&[
+        "-q",
+        "batch",
+        prompts.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clipsculpt"))
+        .args(&args)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while manifest_ids(&out).is_empty() && start.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let first = manifest_ids(&out);
+    assert!(
+        !first.is_empty() && first.len() < 4,
+        "killed mid-batch after {first:?}"
+    );
+    let o = clipsculpt(&args, &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "bad line → exit 1: {}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(":3:"),
+        "the bad line is named: {}",
+        stderr(&o)
+    );
+    let mut ids = manifest_ids(&out);
+    ids.sort();
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(ids, unique, "no item done twice");
+    assert_eq!(ids.len(), 4);
+    for e in std::fs::read_dir(&out).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.contains("partial"), "partial folder left: {name}");
+    }
+    assert!(out.join("sphere").join("mesh.glb").is_file());
+}
+
+/// `eval` runs every default mode on toy captions and prints one table, a row per mode, with the
+/// negatives, the held-out split and the gradient it used; with the world's fitted latents, a
+/// second table sets the wrong runs beside the right object; `--records` writes every run's
+/// record beside the tables; without a terminal, progress comes as one line per item.
+#[test]
+fn eval_prints_one_table_of_modes() {
+    let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/../../prompts/toy-heldout.txt");
+    let d = tempfile::tempdir().unwrap();
+    let records = d.path().join("records.json");
+    let o = clipsculpt(
+        &[
+            "eval",
+            prompts,
+            "--seeds",
+            "1",
+            "--steps",
+            "1",
+            "--prior-steps",
+            "2",
+            "--resolution",
+            "8",
+            "--views",
+            "1",
+            "--grid",
+            "16",
+            "--reference-latents",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/assets/toy/latents.safetensors"
+            ),
+            "--sampling-gradient",
+            "prediction",
+            "--records",
+            records.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Negatives: none"), "{out}");
+    assert!(out.contains("the prediction's gradient"), "{out}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&records).unwrap()).unwrap();
+    assert_eq!(json["complete"], true);
+    let runs = json["records"].as_array().unwrap();
+    // Six held-out prompts, one seed, four modes.
+    assert_eq!(runs.len(), 24, "{json}");
+    assert!(runs.iter().all(|r| r["scorer"]["right_object"].is_number()));
+    assert!(
+        out.contains("| mode | held-out wrong runs scored ≥ right object |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Held out of the prior: a green sphere,"),
+        "{out}"
+    );
+    for mode in ["prior", "latent", "sampling", "both"] {
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(&format!("| {mode} |")))
+            .unwrap_or_else(|| panic!("no {mode} row: {out}"));
+        // Six held-out objects, no seen ones in this prompt file.
+        assert!(row.contains("/6 (") && row.contains("| – |"), "{row}");
+    }
+    // Its stderr is not a terminal: one progress line per prompt and seed instead of a bar.
+    let err = stderr(&o);
+    assert!(
+        err.contains("evaluating 1/6: a green sphere (seed 0)")
+            && err.contains("evaluating 6/6: a red capsule (seed 0)"),
+        "{err}"
+    );
+}
+
+/// Output into a closed pipe (`clipsculpt info | head -1`) ends the process quietly, by SIGPIPE as
+/// for other command-line tools, instead of panicking in `println!`.
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clipsculpt"))
+        .arg("info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the child's first write: the process needs milliseconds to start.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        o.status
+    );
+}

@@ -1,0 +1,27 @@
+//! The whole job, composed from the stages: text conditioning → prior sampling → CLIP-guided
+//! optimization → mesh extraction and export. Each stage lives in its own module; this one wires
+//! them together ([`generate()`]), loads the models once ([`models`]), records what each stage
+//! took ([`stages`]) and what the run did (`report.json`, [`report`]); [`candidates`] picks the
+//! best of several noises.
+
+pub mod candidates;
+pub(crate) mod generate;
+pub(crate) mod mesh;
+pub(crate) mod models;
+pub(crate) mod report;
+pub(crate) mod settings;
+pub(crate) mod stages;
+pub mod stream;
+
+pub use candidates::NoiseChoice;
+pub use generate::same_values;
+pub use generate::{generate, Progress};
+pub use mesh::extract_mesh;
+pub use mesh::LatentField;
+pub use models::read_negatives;
+pub use models::Guided;
+pub use models::Models;
+pub use report::{
+    ExportMemory, MemorySection, Report, ReportSettings, StagePeakBytes, StageSeconds,
+};
+pub use settings::{ModelChoice, RunSettings, SettingsFile};
