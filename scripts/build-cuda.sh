@@ -125,7 +125,8 @@ export CUDA_COMPUTE_CAP=$CAP
 export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
 cd "$ROOT"
 start=$SECONDS
-cargo build --release --locked --features cuda --target-dir "$TARGET_DIR"
+cargo build --release --locked -p clipsculpt-cli -p clipsculpt-lab \
+  --features clipsculpt-cli/cuda,clipsculpt-lab/cuda --target-dir "$TARGET_DIR"
 echo "built $TARGET_DIR/release/clipsculpt for sm_$CAP in $((SECONDS - start)) s"
 [ "$DIST" = 1 ] || exit 0
 
@@ -133,7 +134,8 @@ echo "built $TARGET_DIR/release/clipsculpt for sm_$CAP in $((SECONDS - start)) s
 #    copies compress against each other. libcurand does not shrink with strip.
 BENCHES="guide render clip checkpoint prior_guidance kernel_load"
 json=$(mktemp)
-cargo bench --no-run --locked --features cuda --target-dir "$TARGET_DIR" \
+cargo bench --no-run --locked -p clipsculpt -p clipsculpt-lab \
+  --features clipsculpt/cuda,clipsculpt-lab/cuda --target-dir "$TARGET_DIR" \
   $(for b in $BENCHES; do printf -- '--bench %s ' "$b"; done) --message-format=json >"$json"
 stage=$(mktemp -d)
 name="clipsculpt-cuda-sm$CAP"
