@@ -367,8 +367,35 @@ fn a_paraphrase_is_excluded_from_its_own_negatives() {
     assert_eq!(t.negatives(), 1, "only \"a green cube\" stays");
 }
 
-/// Unknown words: the toy tokenizer names them (generation goes on with a warning), the
-/// evaluator reads everyday aliases, and a prompt naming no toy object is skipped, not fatal.
+/// What `f` logs at WARN and above (this thread only), with its result.
+fn warnings_of<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    (out, text)
+}
+
+/// Unknown words: the toy tokenizer names them (generation goes on, with a warning that names
+/// them), the evaluator reads everyday aliases, and a prompt naming no toy object is skipped, not
+/// fatal.
 #[test]
 fn unknown_words_warn_instead_of_aborting() {
     use crate::parse_caption;
@@ -376,7 +403,15 @@ fn unknown_words_warn_instead_of_aborting() {
     let m = models();
     assert_eq!(m.tokenizer.unknown_words("a red ball"), vec!["ball"]);
     assert!(m.tokenizer.unknown_words("a sphere that is red").is_empty());
-    assert!(m.text_embeds("a shiny red ball", &Device::Cpu).is_ok());
+    let (embeds, log) = warnings_of(|| m.text_embeds("a shiny red ball", &Device::Cpu));
+    assert!(embeds.is_ok());
+    let warned: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert!(
+        warned.len() == 1 && warned[0].contains("no word for shiny, ball"),
+        "{log}"
+    );
+    let (_, log) = warnings_of(|| m.text_embeds("a sphere that is red", &Device::Cpu));
+    assert!(log.is_empty(), "a known prompt warned: {log}");
     assert_eq!(
         parse_caption("a red ball"),
         Some((Shape::Sphere, Colour::Red))

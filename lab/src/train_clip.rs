@@ -54,6 +54,9 @@ pub struct ClipTrainSettings {
 pub struct ClipTraining {
     /// Parameters by checkpoint key.
     pub varmap: VarMap,
+    /// The model that was trained (the tests compare it with one rebuilt from `varmap`).
+    #[cfg(test)]
+    pub model: ClipModel,
     /// Loss per step.
     pub losses: Vec<f32>,
     /// `(step, top-1 accuracy)` on the validation views.
@@ -256,6 +259,8 @@ pub fn train_clip(
     }
     Ok(ClipTraining {
         varmap,
+        #[cfg(test)]
+        model,
         losses,
         accuracy,
         blend_preference,
@@ -364,8 +369,12 @@ mod tests {
         Ok(())
     }
 
-    /// A few steps on two combinations lower the loss, and a CLIP rebuilt from the saved values
-    /// embeds exactly like the trained instance (no stale copies of trained weights).
+    /// Training on two combinations takes the loss well below chance (ln 2: two clean pairs, no
+    /// blends) and every validation view to its own caption, and a CLIP rebuilt from the saved
+    /// values embeds exactly like the trained instance (no stale copies of trained weights).
+    /// Measured (seed 4): loss 0.82 over the first 20 steps, 0.021 over the last 20; with lr 0,
+    /// 0.84 → 0.86. This small a CLIP learns at lr 1e-2 (not at 3e-3 or 3e-2, nor with blends as
+    /// negatives, which keep it at chance), in 200 steps (about a second).
     #[test]
     fn short_training_lowers_the_loss_and_saves_what_it_trained() -> Result<()> {
         let dev = Device::Cpu;
@@ -377,15 +386,15 @@ mod tests {
             .map_err(candle_core::Error::Msg)?;
         let combos = [(Shape::Sphere, Colour::Red), (Shape::Cube, Colour::Blue)];
         let s = ClipTrainSettings {
-            steps: 30,
-            lr: 3e-3,
+            steps: 200,
+            lr: 1e-2,
             views: 2,
             val_views: 1,
             render_size: 16,
             patch: 4,
             samples: 16,
             min_crop: 0.8,
-            blends: 2,
+            blends: 0,
             seed: 4,
         };
         let density = DensityModel {
@@ -394,9 +403,20 @@ mod tests {
         };
         let out = train_clip(&cfg, &tokenizer, &combos, density, &s, &dev, |_, _| {})?;
         let mean = |v: &[f32]| v.iter().sum::<f32>() / v.len() as f32;
-        let (first, last) = (mean(&out.losses[..5]), mean(&out.losses[25..]));
-        assert!(last < first, "loss {first} → {last}");
-        let trained = ClipModel::new(VarBuilder::from_varmap(&out.varmap, DType::F32, &dev), &cfg)?;
+        let (first, last) = (mean(&out.losses[..20]), mean(&out.losses[180..]));
+        let chance = 2f32.ln();
+        assert!(
+            last < 0.5 * chance,
+            "loss {first} → {last}, chance {chance}"
+        );
+        assert_eq!(
+            out.accuracy.last().map(|a| a.1),
+            Some(1.0),
+            "{:?}",
+            out.accuracy
+        );
+        // The instance that was trained, against one rebuilt from the saved values.
+        let trained = &out.model;
         let rebuilt = ClipModel::new(
             VarBuilder::from_tensors(varmap_tensors(&out.varmap)?, DType::F32, &dev),
             &cfg,

@@ -73,6 +73,9 @@ impl PriorTrainSettings {
 pub struct PriorTraining {
     /// Parameters by checkpoint key.
     pub varmap: VarMap,
+    /// The prior that was trained (the tests compare it with one rebuilt from `varmap`).
+    #[cfg(test)]
+    pub prior: PriorTransformer,
     /// Loss per step.
     pub losses: Vec<f32>,
 }
@@ -200,7 +203,12 @@ pub fn train_prior(
         losses.push(l);
         on_step(step, l);
     }
-    Ok(PriorTraining { varmap, losses })
+    Ok(PriorTraining {
+        varmap,
+        #[cfg(test)]
+        prior,
+        losses,
+    })
 }
 
 /// The weight of a training element at noise level `sigma` under min-SNR-`gamma` (1 when
@@ -269,8 +277,8 @@ mod tests {
         let mean = |v: &[f32]| v.iter().sum::<f32>() / v.len() as f32;
         let (first, last) = (mean(&out.losses[..15]), mean(&out.losses[135..]));
         assert!(last < 0.5 * first, "loss {first} → {last}");
-        let prior =
-            PriorTransformer::new(VarBuilder::from_varmap(&out.varmap, DType::F32, &dev), &cfg)?;
+        // The instance that was trained, against one rebuilt from the saved values.
+        let prior = &out.prior;
         let rebuilt = PriorTransformer::new(
             VarBuilder::from_tensors(
                 clipsculpt::random::varmap_tensors(&out.varmap)?,
@@ -286,7 +294,7 @@ mod tests {
         assert!(diff < 1e-6, "rebuilt prior differs by {diff}");
         let text = Tensor::stack(&[embeds[0].get(0)?, embeds[1].get(0)?], 0)?;
         let noise = rng.normal_tensor(&[2, 64], &dev)?;
-        let z = sampler::sample_latents_from(&prior, &sched, &text, &noise, 16, 3.0)?;
+        let z = sampler::sample_latents_from(prior, &sched, &text, &noise, 16, 3.0)?;
         for i in 0..2 {
             let d = |j: usize| -> Result<f32> {
                 (z.get(i)? - latents.get(j)?)?

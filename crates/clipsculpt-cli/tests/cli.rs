@@ -18,14 +18,34 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `--help` lists exactly the ten subcommands (and clap's `help`), each in its own row of the
+/// "Commands:" section, and the exit codes.
 #[test]
 fn help_lists_every_subcommand_and_exit_codes() {
     let o = clipsculpt(&["--help"], &[]);
     assert!(o.status.success());
     let out = String::from_utf8_lossy(&o.stdout);
-    for sub in ["generate", "batch", "sample", "export", "info", "download"] {
-        assert!(out.contains(sub), "--help lacks {sub}");
-    }
+    let listed: Vec<&str> = out
+        .lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let every = [
+        "generate",
+        "batch",
+        "sample",
+        "export",
+        "eval",
+        "train-toy",
+        "info",
+        "download",
+        "preview",
+        "random-models",
+        "help",
+    ];
+    assert_eq!(listed, every, "{out}");
     assert!(out.contains("Exit codes"));
 }
 
@@ -419,7 +439,7 @@ fn eval_prints_one_table_of_modes() {
             "--reference-latents",
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/assets/toy/latents.safetensors"
+                "/../../assets/toy/latents.safetensors"
             ),
             "--sampling-gradient",
             "prediction",
@@ -469,14 +489,15 @@ fn eval_prints_one_table_of_modes() {
 #[test]
 fn a_closed_pipe_ends_output_quietly() {
     use std::os::unix::process::ExitStatusExt;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_clipsculpt"))
+    // The pipe's read end is closed before the child starts, so its first write always fails.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = Command::new(env!("CARGO_BIN_EXE_clipsculpt"))
         .arg("info")
-        .stdout(std::process::Stdio::piped())
+        .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Closed before the child's first write: the process needs milliseconds to start.
-    drop(child.stdout.take());
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "{err}");

@@ -6,7 +6,7 @@ use candle_core::Device;
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::guide::{EndToEndGuidance, Explore, GuideMode, GuideSettings, SamplingGuidance};
 use clipsculpt::mesh::Format;
-use clipsculpt::pipeline::{generate, Models, RunSettings};
+use clipsculpt::pipeline::{generate, Models, Report, RunSettings};
 use clipsculpt::random::{toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes};
 
 /// Counts heap bytes, as the binary does, so the report's CPU memory figures are real.
@@ -96,35 +96,68 @@ fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
     Ok(())
 }
 
-/// A small guided run on random weights: the scoring-CLIP cosine rises over the run, every
-/// step's gradient reaches the latent (none skipped) with decoder chunks and CLIP blocks
-/// checkpointed, and every output file is written.
-#[test]
-fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let dev = Device::Cpu;
-    let models = random_pipeline(dir.path())?;
-    let guide = small_guide();
+/// The held-aside gain (fixed cameras, ray draws and backgrounds; [`Report::score_after`] minus
+/// `score_before`) above which [`guided_run`] counts as raised: above what undirected moves give.
+/// Measured from this run's start (`docs/testing.md`): 20 random directions at the guided move's
+/// RMS (0.22) changed the score by 0.022 ± 0.069 (best 0.174); the guided run gains 0.229.
+const GAIN_MARGIN: f32 = 0.16;
+
+/// A small latent-stage run on the embedded toy world at learning rate `lr`: "a green sphere"
+/// (held out of its prior, whose sample is a green cube), seed 0, exploration off.
+fn guided_run(models: &Models, out: &std::path::Path, lr: f64) -> Result<Report> {
     let s = RunSettings {
         models: Default::default(),
-        seed: 3,
-        prior_steps: 2,
-        guidance_scale: Some(3.0),
+        seed: 0,
+        prior_steps: 16,
+        guidance_scale: None,
         candidates: 1,
         mode: GuideMode::Latent,
         sampling: SamplingGuidance::default(),
         end_to_end: EndToEndGuidance::default(),
-        guide,
+        guide: GuideSettings {
+            lr,
+            explore: Explore::Off,
+            resolution: 16,
+            ..small_guide()
+        },
         grid: 20,
         preview_size: 8,
         formats: Format::DEFAULT.to_vec(),
     };
+    generate(models, "a green sphere", &s, out, &Device::Cpu, |_| {})
+}
+
+/// Whether the run exported a later latent whose held-aside score beats the start's by more than
+/// [`GAIN_MARGIN`]; `Err` says why not.
+fn raised(report: &Report) -> std::result::Result<f32, String> {
+    let gain = report.score_after - report.score_before;
+    match report.trace.best_step > 0 && gain > GAIN_MARGIN {
+        true => Ok(gain),
+        false => Err(format!("gain {gain}: {:?}", report.trace.evals)),
+    }
+}
+
+/// A small guided run on the toy world raises the held-aside score (fixed views, so a latent that
+/// does not move scores the same at every evaluation) by more than [`GAIN_MARGIN`], and a control
+/// at learning rate 0 does not; every step's gradient reaches the latent (none skipped) with
+/// decoder chunks and CLIP blocks checkpointed, the stages account for the run's time, and every
+/// output file is written.
+#[test]
+fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let toy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/toy");
+    let models = Models::load(&toy.join("shap_e"), &toy.join("clip"), &Device::Cpu)?;
     let out = dir.path().join("out");
-    let report = generate(&models, "a red cube", &s, &out, &dev, |_| {})?;
+    let report = guided_run(&models, &out, 0.1)?;
     assert_eq!(report.trace.skipped, 0);
+    let gain = raised(&report).map_err(anyhow::Error::msg)?;
+    eprintln!("held-aside gain {gain}");
+    // The control: a latent that never moves scores the same at every evaluation and fails.
+    let still = guided_run(&models, &dir.path().join("still"), 0.0)?;
+    assert!(raised(&still).is_err(), "{:?}", still.trace.evals);
+    assert!(still.trace.evals.iter().all(|e| e.1 == still.score_before));
     // The held-aside views were scored at the start, every 5 steps and at the end; the exported
-    // latent is the best of them if it beats the start by the keep margin, else the start, so
-    // the score never drops.
+    // latent is the best of them if it beats the start by the keep margin, else the start.
     let steps: Vec<usize> = report.trace.evals.iter().map(|e| e.0).collect();
     assert_eq!(steps, vec![0, 5, 10, 12]);
     let best = report
@@ -133,25 +166,19 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         .iter()
         .map(|e| e.1)
         .fold(f32::MIN, f32::max);
-    let start = report.trace.evals[0].1;
-    let (want_step, want_score) = if best > start + s.guide.keep_margin {
-        let at = report.trace.evals.iter().find(|e| e.1 == best);
-        (at.map_or(usize::MAX, |e| e.0), best)
-    } else {
-        (0, start)
-    };
+    let at = report.trace.evals.iter().find(|e| e.1 == best);
     assert_eq!(
-        report.trace.best_step, want_step,
+        Some(report.trace.best_step),
+        at.map(|e| e.0),
         "{:?}",
         report.trace.evals
     );
     assert!(
-        (report.score_after - want_score).abs() < 1e-5,
-        "{} vs {want_score}",
+        (report.score_after - best).abs() < 1e-5,
+        "{} vs {best}",
         report.score_after
     );
-    assert!(report.score_after >= report.score_before);
-    // Every stage is timed, and the stages add up to the total.
+    // Every stage is timed, and the stages add up to the total, with little left untimed.
     let t = &report.seconds;
     let stages = [
         t.loading,
@@ -168,7 +195,8 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     // Without negatives there is no exploration, so its stage may be (almost) zero.
     let sum = stages.iter().sum::<f64>() + t.exploring + t.files.values().sum::<f64>() + t.other;
     assert!((sum - t.total).abs() < 1e-9, "{t:?}");
-    assert!(t.files.contains_key("mesh.glb") && t.files.len() == s.formats.len());
+    assert!(t.other < 0.01 * t.total, "untimed: {t:?}");
+    assert!(t.files.contains_key("mesh.glb") && t.files.len() == Format::DEFAULT.len());
     // report.json always has a memory section: device, dtype, a peak per stage and the cache
     // release before export (here the host heap, which this test binary counts).
     let m = &report.memory;
@@ -195,12 +223,6 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         .is_some_and(|b| b > 0));
     assert!(json["memory_before_export"]["host_live_bytes"].is_u64());
     assert!(json["memory_before_export"]["device_free_bytes"].is_null());
-    let c = &report.trace.cosine;
-    let (head, tail) = (
-        c[..3].iter().sum::<f32>() / 3.0,
-        c[c.len() - 3..].iter().sum::<f32>() / 3.0,
-    );
-    assert!(tail > head, "cosine should rise: {c:?}");
     for f in [
         "latent.safetensors",
         "latent_prior.safetensors",

@@ -59,6 +59,9 @@ fn inputs(dtype: DType) -> Result<(Tensor, Tensor, Tensor)> {
     Ok((x, proj, w))
 }
 
+/// Every policy gives the unchecked gradient bitwise, and recomputes the blocks its plan names:
+/// `budget:200KiB` (below the store-all peak) checkpoints, so its check compares a recomputed
+/// graph; `budget:1GiB` (above it) recomputes nothing and is the control.
 #[test]
 fn every_checkpoint_policy_gives_the_unchecked_gradient_bitwise() -> Result<()> {
     let layers = 6;
@@ -73,17 +76,24 @@ fn every_checkpoint_policy_gives_the_unchecked_gradient_bitwise() -> Result<()> 
             .map(f32::to_bits)
             .collect())
     };
+    // (policy, blocks it recomputes; `None`: some, fewer than all)
     let policies = [
-        Policy::BLOCKS,
-        Policy::EveryK(2),
-        Policy::EveryK(4),
-        Policy::Sqrt,
-        Policy::LastN(2),
-        Policy::LastN(layers),
-        Policy::Budget(200 << 10),
-        Policy::Budget(1 << 30),
+        (Policy::BLOCKS, Some(layers)),
+        (Policy::EveryK(2), Some(layers)),
+        (Policy::EveryK(4), Some(layers)),
+        (Policy::Sqrt, Some(layers)),
+        (Policy::LastN(2), Some(2)),
+        (Policy::LastN(layers), Some(layers)),
+        (Policy::Budget(200 << 10), None),
+        (Policy::Budget(1 << 30), Some(0)),
     ];
-    for p in policies {
+    for (p, recomputed) in policies {
+        let plan = prior.block_plan(&p, x.dim(0)?)?;
+        let n = plan.recomputed_blocks();
+        match recomputed {
+            Some(want) => assert_eq!(n, want, "{p}: {plan:?}"),
+            None => assert!(n > 0 && n < layers, "{p} recomputes {n} blocks: {plan:?}"),
+        }
         let (gx, gp) = vjp(&prior, &x, t, &proj, &w, &p)?;
         assert!(bits(&gx)? == bits(&rx)?, "{p}: d/dx differs from none");
         assert!(bits(&gp)? == bits(&rp)?, "{p}: d/dproj differs from none");

@@ -52,7 +52,7 @@ pub fn guide_probe() -> Result<()> {
     let dev = Device::Cpu;
     let root = PathBuf::from(env(
         "TOY_DIR",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/assets/toy").to_string(),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/toy").to_string(),
     ));
     let prompts_file = env(
         "PROBE_PROMPTS",

@@ -210,8 +210,16 @@ mod tests {
         }
     }
 
+    /// `cpu` opens the CPU; without the `cuda` feature, `cuda:N` is an error naming the device and
+    /// the rebuild, never a silent fallback to the CPU.
     #[test]
-    fn cpu_opens() {
-        assert!(DeviceSpec::Cpu.open().is_ok());
+    fn cpu_opens_and_cuda_without_the_feature_names_the_rebuild() {
+        let cpu = DeviceSpec::Cpu.open().unwrap();
+        assert!(cpu.is_cpu());
+        assert_eq!(device_name(&cpu), "cpu");
+        if !cfg!(feature = "cuda") {
+            let e = DeviceSpec::Cuda(1).open().unwrap_err().to_string();
+            assert!(e.contains("cuda:1") && e.contains("--features cuda"), "{e}");
+        }
     }
 }

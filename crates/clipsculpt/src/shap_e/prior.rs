@@ -179,6 +179,10 @@ impl Block for PriorBlock {
         let g_a1 = self.attn1.input_grad([q, k, v, o], &g_h)?;
         Ok(Some((g_h + self.norm1.input_grad(x, &g_a1)?)?))
     }
+
+    fn has_input_vjp(&self) -> bool {
+        true
+    }
 }
 
 /// `time_embedding`: `linear_1` → activation → `linear_2` on the sinusoidal timestep features.

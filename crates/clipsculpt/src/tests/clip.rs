@@ -35,10 +35,12 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
     norm(&(a - b).unwrap()) / norm(b)
 }
 
-fn assert_close(what: &str, ours: &Tensor, reference: &Tensor) {
+/// Asserts a max abs error ≤ `tol`: about 4× the error measured on this fixture (each call's comment;
+/// `docs/testing.md`), so that a real deviation fails.
+fn assert_close(what: &str, ours: &Tensor, reference: &Tensor, tol: f32) {
     let err = max_abs(ours, reference);
-    eprintln!("{what}: max abs error {err:.3e}");
-    assert!(err < 1e-4, "{what}: max abs error {err}");
+    eprintln!("{what}: max abs error {err:.3e} (tolerance {tol:.0e})");
+    assert!(err <= tol, "{what}: max abs error {err} > {tol}");
 }
 
 struct Prompts {
@@ -125,15 +127,17 @@ fn text_tower_matches_reference() -> Result<()> {
     let model = load_clip(&fixtures().join("tiny-clip"), DType::F32, &Device::Cpu).unwrap();
     let io = io("tiny-clip.io.safetensors");
     let (out, embeds) = model.text().forward(&io["input_ids"])?;
+    // Measured: 1.3e-6, 9.5e-7, 1.6e-6; the logit scale (14.28) exactly.
     assert_close(
         "text last_hidden_state",
         &out.last_hidden_state,
         &io["text_last_hidden_state"],
+        5e-6,
     );
-    assert_close("text pooled", &out.pooled, &io["text_pooled"]);
-    assert_close("text_embeds", &embeds, &io["text_embeds"]);
+    assert_close("text pooled", &out.pooled, &io["text_pooled"], 4e-6);
+    assert_close("text_embeds", &embeds, &io["text_embeds"], 6e-6);
     let scale = io["logit_scale"].exp()?.to_vec1::<f32>()?[0];
-    assert!((model.logit_scale()? - scale).abs() < 1e-4);
+    assert!((model.logit_scale()? - scale).abs() <= 4e-6);
     Ok(())
 }
 
@@ -142,15 +146,17 @@ fn vision_tower_and_preprocessing_match_reference() -> Result<()> {
     let model = load_clip(&fixtures().join("tiny-clip"), DType::F32, &Device::Cpu).unwrap();
     let io = io("tiny-clip.io.safetensors");
     let pixels = preprocess(&io["images"], 30)?;
-    assert_close("preprocessed pixels", &pixels, &io["pixel_values"]);
+    // Measured: pixels 5.8e-6, then 1.9e-6, 7.2e-7, 1.1e-6.
+    assert_close("preprocessed pixels", &pixels, &io["pixel_values"], 2e-5);
     let (out, embeds) = model.vision().forward(&io["pixel_values"], &Policy::None)?;
     assert_close(
         "vision last_hidden_state",
         &out.last_hidden_state,
         &io["vision_last_hidden_state"],
+        8e-6,
     );
-    assert_close("vision pooled", &out.pooled, &io["vision_pooled"]);
-    assert_close("image_embeds", &embeds, &io["image_embeds"]);
+    assert_close("vision pooled", &out.pooled, &io["vision_pooled"], 3e-6);
+    assert_close("image_embeds", &embeds, &io["image_embeds"], 4e-6);
     Ok(())
 }
 
@@ -162,13 +168,15 @@ fn text_with_projection_matches_reference() -> Result<()> {
             .unwrap();
     let io = io("tiny-text-proj.io.safetensors");
     let (out, embeds) = model.forward(&io["input_ids"])?;
+    // Measured: 1.4e-6, 1.4e-6, 7.9e-7.
     assert_close(
         "last_hidden_state",
         &out.last_hidden_state,
         &io["last_hidden_state"],
+        6e-6,
     );
-    assert_close("pooled", &out.pooled, &io["pooled"]);
-    assert_close("text_embeds", &embeds, &io["text_embeds"]);
+    assert_close("pooled", &out.pooled, &io["pooled"], 6e-6);
+    assert_close("text_embeds", &embeds, &io["text_embeds"], 3e-6);
     Ok(())
 }
 
@@ -198,10 +206,11 @@ fn pixel_gradient_matches_reference() -> Result<()> {
     let scorer = ClipScorer::load(&fixtures().join("tiny-clip"), DType::F32, &Device::Cpu).unwrap();
     let io = io("tiny-clip.io.safetensors");
     let (cos, grad) = pixel_gradient(&scorer, &io["images"], &Policy::None)?;
-    assert_close("cosine", &cos, &io["cosine"]);
+    // Measured: cosine 1.9e-7; pixel gradient 2.4e-6 relative.
+    assert_close("cosine", &cos, &io["cosine"], 1e-6);
     let err = rel_err(&grad, &io["images_grad"]);
     eprintln!("pixel gradient: relative error {err:.3e}");
-    assert!(err < 1e-3, "pixel gradient relative error {err}");
+    assert!(err <= 1e-5, "pixel gradient relative error {err}");
     Ok(())
 }
 

@@ -28,6 +28,12 @@ pub trait Block: Send + Sync {
     fn input_vjp(&self, _x: &Tensor, _context: &[Tensor], _g: &Tensor) -> Result<Option<Tensor>> {
         Ok(None)
     }
+
+    /// Whether [`Self::input_vjp`] is written (returns `Some`); a block that writes it says so, or
+    /// checkpointed segments recompute it with a graph.
+    fn has_input_vjp(&self) -> bool {
+        false
+    }
 }
 
 /// Runs `blocks` over `x` following `plan`.
@@ -84,13 +90,16 @@ where
 
 /// The gradient of `Σ segment(x) ⊙ g` with respect to `x` by the blocks' hand-written VJPs, last
 /// block first: the blocks' inputs are recomputed without a graph, and each is dropped once its
-/// block's VJP has used it. `None` when a block has no hand-written VJP.
+/// block's VJP has used it. `None`, before any recomputation, when a block has no hand-written VJP.
 fn segment_vjp<B: Block>(
     blocks: &[B],
     x: &Tensor,
     ctx: &[Tensor],
     g: &Tensor,
 ) -> Result<Option<Tensor>> {
+    if !blocks.iter().all(Block::has_input_vjp) {
+        return Ok(None);
+    }
     let mut xs = vec![x.clone()];
     for b in &blocks[..blocks.len().saturating_sub(1)] {
         let next = b.forward(&xs[xs.len() - 1], ctx)?;
@@ -162,6 +171,9 @@ pub fn measure_costs<B: Block>(
 /// Peak bytes above what is live while `b`'s hand-written VJP runs at `x` with output gradient
 /// `g`; `None` when it has none.
 fn vjp_peak<B: Block>(b: &B, x: &Tensor, context: &[Tensor], g: &Tensor) -> Result<Option<usize>> {
+    if !b.has_input_vjp() {
+        return Ok(None);
+    }
     let Some(meter) = SpanMeter::start(x.device())? else {
         return Ok(None);
     };

@@ -4,12 +4,15 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock};
 
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 /// The peak a nested span reset away ([`super::SpanMeter`]); [`peak`] reports at least it.
 static FLOOR: AtomicUsize = AtomicUsize::new(0);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Taken shared by every [`reset_peak`], exclusively by a measurement no reset may interrupt.
+static RESET_GATE: RwLock<()> = RwLock::new(());
 
 /// The system allocator with live-byte and peak counters.
 pub struct CountingAlloc;
@@ -70,10 +73,25 @@ pub(crate) fn peak() -> usize {
 
 /// Sets the peak to the current live bytes and returns them (the baseline of a phase).
 pub(crate) fn reset_peak() -> usize {
+    let _shared = RESET_GATE.read().unwrap_or_else(PoisonError::into_inner);
+    peak_to_current()
+}
+
+fn peak_to_current() -> usize {
     let now = current();
     FLOOR.store(0, Ordering::Relaxed);
     PEAK.store(now, Ordering::Relaxed);
     now
+}
+
+/// The peak reached while `f` runs, with the peak reset before it and no other [`reset_peak`]
+/// (a concurrent test's) lowering it meanwhile.
+#[cfg(test)]
+pub(crate) fn peak_during(f: impl FnOnce()) -> usize {
+    let _alone = RESET_GATE.write().unwrap_or_else(PoisonError::into_inner);
+    peak_to_current();
+    f();
+    peak()
 }
 
 /// Makes [`peak`] report at least `bytes` until the next [`reset_peak`].
