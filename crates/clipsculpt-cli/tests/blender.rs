@@ -184,14 +184,10 @@ fn toy_run(prompt: &str, out: &Path, extra: &[&str]) -> Output {
         out.to_str().unwrap(),
         "--guide",
         "off",
-        "--steps",
-        "0",
         "--prior-steps",
         "16",
         "--grid",
         "48",
-        "--preview-size",
-        "8",
         "--formats",
         "glb,ply,obj",
     ];
@@ -318,22 +314,13 @@ fn preview_shows_the_mesh_colour_and_fills_the_frame() {
 
 #[test]
 fn generate_with_blender_preview_writes_an_upright_red_cylinder() {
-    let Some(blender) =
-        blender_or_skip("generate_with_blender_preview_writes_an_upright_red_cylinder")
+    let Some(_) = blender_or_skip("generate_with_blender_preview_writes_an_upright_red_cylinder")
     else {
         return;
     };
     let d = tempfile::tempdir().unwrap();
     let run = d.path().join("run");
-    let o = toy_run(
-        "a red cylinder",
-        &run,
-        &[
-            "--blender-preview",
-            "--blender-path",
-            blender.to_str().unwrap(),
-        ],
-    );
+    let o = toy_run("a red cylinder", &run, &["--blender-preview"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let png = run.join(blender::PREVIEW_FILE);
     let img = image::open(&png).unwrap().to_rgb8();
@@ -376,14 +363,10 @@ fn batch_manifest_records_the_blender_preview() {
             out.to_str().unwrap(),
             "--guide",
             "off",
-            "--steps",
-            "0",
             "--prior-steps",
             "8",
             "--grid",
             "32",
-            "--preview-size",
-            "8",
             "--formats",
             "glb",
             "--blender-preview",

@@ -33,14 +33,7 @@ fn help_lists_every_subcommand_and_exit_codes() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     let every = [
-        "generate",
-        "batch",
-        "sample",
-        "export",
-        "info",
-        "download",
-        "preview",
-        "help",
+        "generate", "batch", "sample", "export", "info", "download", "preview", "help",
     ];
     assert_eq!(listed, every, "{out}");
     assert!(out.contains("Exit codes"));
@@ -60,29 +53,6 @@ fn bad_arguments_are_usage_errors() {
         let o = clipsculpt(args, &[]);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(!stderr(&o).contains("panicked"), "{args:?}");
-    }
-}
-
-/// `train-toy` refuses bad flags before it creates its output folder.
-#[test]
-fn train_toy_refuses_bad_flags_without_leaving_a_folder() {
-    let d = tempfile::tempdir().unwrap();
-    let out = d.path().join("world");
-    let out_arg = out.to_str().unwrap();
-    for args in [
-        &["train-toy", "--out", out_arg, "--prior-mixup", "2"][..],
-        &[
-            "train-toy",
-            "--out",
-            out_arg,
-            "--prior-mixup",
-            "0.5",
-            "--prior-uncaptioned-held-out",
-        ],
-    ] {
-        let o = clipsculpt(args, &[]);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(!out.exists(), "{args:?} left {}", out.display());
     }
 }
 
@@ -125,23 +95,10 @@ fn download_offline_without_cache_names_the_fix() {
 }
 
 /// Settings that make one item take about a second on the embedded default.
+/// (`tests/fixtures/fast.json`: the latent stage, 2 steps, 8-pixel views, a 16³ grid, GLB and PLY.)
 const FAST: &[&str] = &[
-    "--guide",
-    "latent",
-    "--steps",
-    "2",
-    "--prior-steps",
-    "2",
-    "--resolution",
-    "8",
-    "--views",
-    "1",
-    "--grid",
-    "16",
-    "--preview-size",
-    "8",
-    "--formats",
-    "glb,ply",
+    "--settings",
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fast.json"),
 ];
 
 fn with_fast<'a>(args: &[&'a str]) -> Vec<&'a str> {
@@ -184,14 +141,17 @@ fn bad_inputs_give_one_line_errors_and_no_output() {
     );
     one_line_error(
         &clipsculpt(
-            &with_fast(&[
+            &[
                 "generate",
                 "a cube",
-                "--sampling-recurrence",
-                "0",
+                "--settings",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/fixtures/bad-recurrence.json"
+                ),
                 "--out",
                 o,
-            ]),
+            ],
             &[],
         ),
         "no takes of a guided step",
@@ -264,14 +224,17 @@ fn generate_writes_every_output() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("red-cube");
     let o = clipsculpt(
-        &with_fast(&[
+        &[
             "generate",
             "a red cube",
             "--out",
             out.to_str().unwrap(),
-            "--candidates",
-            "2",
-        ]),
+            "--settings",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/fast-candidates-2.json"
+            ),
+        ],
         &[],
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -320,8 +283,6 @@ fn a_latent_without_surface_keeps_its_outputs() {
             "off",
             "--grid",
             "32",
-            "--preview-size",
-            "8",
             "--out",
             out.to_str().unwrap(),
         ],
@@ -406,79 +367,6 @@ fn batch_resumes_after_a_kill_and_reports_bad_lines() {
         assert!(!name.contains("partial"), "partial folder left: {name}");
     }
     assert!(out.join("sphere").join("mesh.glb").is_file());
-}
-
-/// `eval` runs every default mode on toy captions and prints one table, a row per mode, with the
-/// negatives, the held-out split and the gradient it used; with the world's fitted latents, a
-/// second table sets the wrong runs beside the right object; `--records` writes every run's
-/// record beside the tables; without a terminal, progress comes as one line per item.
-#[test]
-fn eval_prints_one_table_of_modes() {
-    let prompts = concat!(env!("CARGO_MANIFEST_DIR"), "/../../prompts/toy-heldout.txt");
-    let d = tempfile::tempdir().unwrap();
-    let records = d.path().join("records.json");
-    let o = clipsculpt(
-        &[
-            "eval",
-            prompts,
-            "--seeds",
-            "1",
-            "--steps",
-            "1",
-            "--prior-steps",
-            "2",
-            "--resolution",
-            "8",
-            "--views",
-            "1",
-            "--grid",
-            "16",
-            "--reference-latents",
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../assets/toy/latents.safetensors"
-            ),
-            "--sampling-gradient",
-            "prediction",
-            "--records",
-            records.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("Negatives: none"), "{out}");
-    assert!(out.contains("the prediction's gradient"), "{out}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&records).unwrap()).unwrap();
-    assert_eq!(json["complete"], true);
-    let runs = json["records"].as_array().unwrap();
-    // Six held-out prompts, one seed, four modes.
-    assert_eq!(runs.len(), 24, "{json}");
-    assert!(runs.iter().all(|r| r["scorer"]["right_object"].is_number()));
-    assert!(
-        out.contains("| mode | held-out wrong runs scored ≥ right object |"),
-        "{out}"
-    );
-    assert!(
-        out.contains("Held out of the prior: a green sphere,"),
-        "{out}"
-    );
-    for mode in ["prior", "latent", "sampling", "both"] {
-        let row = out
-            .lines()
-            .find(|l| l.starts_with(&format!("| {mode} |")))
-            .unwrap_or_else(|| panic!("no {mode} row: {out}"));
-        // Six held-out objects, no seen ones in this prompt file.
-        assert!(row.contains("/6 (") && row.contains("| – |"), "{row}");
-    }
-    // Its stderr is not a terminal: one progress line per prompt and seed instead of a bar.
-    let err = stderr(&o);
-    assert!(
-        err.contains("evaluating 1/6: a green sphere (seed 0)")
-            && err.contains("evaluating 6/6: a red capsule (seed 0)"),
-        "{err}"
-    );
 }
 
 /// Output into a closed pipe (`clipsculpt info | head -1`) ends the process quietly, by SIGPIPE as

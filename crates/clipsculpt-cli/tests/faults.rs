@@ -16,23 +16,10 @@ use candle_core::Device;
 const BIN: &str = env!("CARGO_BIN_EXE_clipsculpt");
 
 /// Settings that make one run take about a second on the embedded default.
+/// (`tests/fixtures/fast.json`: the latent stage, 2 steps, 8-pixel views, a 16³ grid, GLB and PLY.)
 const FAST: &[&str] = &[
-    "--guide",
-    "latent",
-    "--steps",
-    "2",
-    "--prior-steps",
-    "2",
-    "--resolution",
-    "8",
-    "--views",
-    "1",
-    "--grid",
-    "16",
-    "--preview-size",
-    "8",
-    "--formats",
-    "glb,ply",
+    "--settings",
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fast.json"),
 ];
 
 /// The files of a complete `generate` run with [`FAST`].
@@ -158,7 +145,16 @@ fn killed_generate_leaves_no_partial_folder() {
     let mut killed = 0;
     for (marker, extra) in [
         ("stage: sampling the prior", &["--prior-steps", "64"][..]),
-        ("stage: optimizing", &["--steps", "40"][..]),
+        (
+            "stage: optimizing",
+            &[
+                "--settings",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/fixtures/fast-steps-40.json"
+                ),
+            ][..],
+        ),
         ("stage: writing latents", &["--grid", "96"][..]),
     ] {
         let args = generate_args("a red cube", &out, extra);
@@ -282,9 +278,12 @@ fn full_tmpfs_leaves_nothing() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let fast = fast_except(&["--steps", "--grid", "--formats"]).join(" ");
+    let fast = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fast-steps-0-grid-64.json"
+    );
     let script = format!(
-        "\"$BIN\" -q generate 'a red cube' --out \"$MNT/run\" {fast} --steps 0 --grid 64 --formats glb,ply,obj,png 2>&1; \
+        "\"$BIN\" -q generate 'a red cube' --out \"$MNT/run\" --settings {fast} 2>&1; \
          echo \"rc=$?\"; ls -a \"$MNT\""
     );
     let o = in_tmpfs("600k", &script, d.path());
@@ -485,7 +484,17 @@ fn huge_learning_rate_is_contained() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("run");
     let o = run(
-        &generate_args("a red cube", &out, &["--lr", "1e30", "--steps", "8"]),
+        &generate_args(
+            "a red cube",
+            &out,
+            &[
+                "--settings",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/fixtures/fast-huge-lr.json"
+                ),
+            ],
+        ),
         &[],
     );
     if o.status.success() {
@@ -514,7 +523,7 @@ fn huge_learning_rate_is_contained() {
             );
         }
     } else {
-        one_line_error(&o, 2, &["--lr"]);
+        one_line_error(&o, 2, &["lr"]);
         assert!(!out.exists());
     }
     assert_eq!(leftovers(&out), Vec::<String>::new());
@@ -542,57 +551,6 @@ fn spawn_until_keeping(args: &[&str], marker: &str) -> (Child, JoinHandle<Vec<St
     (child, rest)
 }
 
-/// A killed `eval` keeps the records it had measured, marked incomplete; `--resume` with the same command takes
-/// them and runs the rest, and refuses a records file made with other settings.
-#[test]
-fn a_killed_eval_keeps_its_records_and_resumes() -> anyhow::Result<()> {
-    let d = tempfile::tempdir()?;
-    let prompts = prompt_file(d.path(), 4);
-    let records = d.path().join("records.json");
-    let mut args = vec![
-        "eval",
-        prompts.to_str().unwrap(),
-        "--seeds",
-        "1",
-        "--modes",
-        "prior",
-        "--records",
-        records.to_str().unwrap(),
-    ];
-    args.extend_from_slice(FAST);
-    let mut child = spawn_until(&args, "evaluating 3/4");
-    let killed = child.kill();
-    child.wait()?;
-    killed?;
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&records)?)?;
-    assert_eq!(json["complete"], false, "{json}");
-    let n = json["records"].as_array().map_or(0, |r| r.len());
-    assert!((2..4).contains(&n), "{n} records: {json}");
-    let kept = json["records"][0].clone();
-    let mut other = args.clone();
-    other.extend(["--resume", "--seed", "5"]);
-    let o = run(&other, &[]);
-    one_line_error(&o, 2, &["were made with other settings (", "seeds"]);
-    args.push("--resume");
-    let o = run(&args, &[]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains(&format!(
-            "resuming a stopped evaluation: {n} runs taken from"
-        )),
-        "{}",
-        stderr(&o)
-    );
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&records)?)?;
-    assert_eq!(json["complete"], true, "{json}");
-    assert_eq!(json["records"].as_array().map_or(0, |r| r.len()), 4);
-    assert_eq!(
-        json["records"][0], kept,
-        "a resumed record is taken as it was"
-    );
-    Ok(())
-}
-
 /// A stand-in for Blender that reports a version and crashes on every render.
 fn crashing_blender(dir: &Path) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
@@ -613,8 +571,11 @@ fn a_failed_blender_preview_keeps_the_run() -> anyhow::Result<()> {
     let blender = crashing_blender(d.path())?;
     let blender = blender.to_str().unwrap();
     let out = d.path().join("run");
-    let extra = ["--blender-preview", "--blender-path", blender];
-    let o = run(&generate_args("a red cube", &out, &extra), &[]);
+    let extra = ["--blender-preview"];
+    let o = run(
+        &generate_args("a red cube", &out, &extra),
+        &[("BLENDER", blender)],
+    );
     let e = one_line_error(&o, 1, &["Segmentation fault", "the run is complete in"]);
     let log = out.join("blender_preview.log");
     assert!(e.contains(log.to_str().unwrap()), "{e}");
@@ -627,16 +588,11 @@ fn a_failed_blender_preview_keeps_the_run() -> anyhow::Result<()> {
     }
     // The embedded prior's "a black torus" has no surface at seed 0.
     let torus = d.path().join("torus");
-    let extra = [
-        "--guide",
-        "off",
-        "--prior-steps",
-        "64",
-        "--blender-preview",
-        "--blender-path",
-        blender,
-    ];
-    let o = run(&generate_args("a black torus", &torus, &extra), &[]);
+    let extra = ["--guide", "off", "--prior-steps", "64", "--blender-preview"];
+    let o = run(
+        &generate_args("a black torus", &torus, &extra),
+        &[("BLENDER", blender)],
+    );
     one_line_error(&o, 3, &["no mesh"]);
     assert!(
         torus.join("latent.safetensors").is_file(),
@@ -655,7 +611,17 @@ fn a_failed_blender_preview_keeps_the_run() -> anyhow::Result<()> {
 fn second_run_into_the_same_out_is_refused() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("run");
-    let first = generate_args("a red cube", &out, &["--steps", "30"]);
+    let first = generate_args(
+        "a red cube",
+        &out,
+        &[
+            "--settings",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/fast-steps-30.json"
+            ),
+        ],
+    );
     let mut a = spawn_until(&first, "stage: sampling the prior");
     let o = run(&generate_args("a blue sphere", &out, &[]), &[]);
     one_line_error(
