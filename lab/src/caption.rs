@@ -119,7 +119,7 @@ mod tests {
             include_str!("../../prompts/toy-heldout.txt"),
             eval_prompt_file(true)
         );
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../prompts");
         let file = clipsculpt::batch::parse_prompt_file(&root.join("toy-eval.txt")).unwrap();
         assert_eq!((file.items.len(), file.errors.len()), (36, 0));
         for (name, items) in [

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("scripts")
+        .join("../../scripts")
         .join(name)
 }
 

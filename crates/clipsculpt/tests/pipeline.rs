@@ -145,7 +145,7 @@ fn raised(report: &Report) -> std::result::Result<f32, String> {
 #[test]
 fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let toy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/toy");
+    let toy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/toy");
     let models = Models::load(&toy.join("shap_e"), &toy.join("clip"), &Device::Cpu)?;
     let out = dir.path().join("out");
     let report = guided_run(&models, &out, 0.1)?;
