@@ -14,9 +14,10 @@ makes link-time stubs (libcuda.so is the driver's and is not on PyPI), then buil
   COMPUTE_CAP        compute capability without the dot, 75..=121 (default 90: H100/H200/GH200);
                      the binary runs only on that family (90 becomes sm_90a)
   --dist             also build the bench binaries and write dist/clipsculpt-cuda-smCAP.tar.xz:
-                     the stripped binary, the benches, the toy models, libcurand.so.10 (PyTorch
-                     cu13 installs lack it) and scripts/gpu-check.sh; unpack on the GPU machine
-                     and run gpu-check.sh
+                     the stripped binaries (clipsculpt, clipsculpt-lab for random-models), the
+                     benches, libcurand.so.10 (PyTorch cu13 installs lack it) and
+                     scripts/gpu-check.sh with its settings files; unpack on the GPU machine and
+                     run gpu-check.sh (the toy models are inside the binaries)
   --no-curand        leave libcurand.so.10 out of the archive (130 MB raw, 41 MB packed), for a GPU
                      machine that has it (e.g. a PyTorch image with the nvidia-curand wheel)
   --setup-only       install the toolchain and stubs, print CUDA_ROOT, do not build
@@ -127,7 +128,7 @@ cd "$ROOT"
 start=$SECONDS
 cargo build --release --locked -p clipsculpt-cli -p clipsculpt-lab \
   --features clipsculpt-cli/cuda,clipsculpt-lab/cuda --target-dir "$TARGET_DIR"
-echo "built $TARGET_DIR/release/clipsculpt for sm_$CAP in $((SECONDS - start)) s"
+echo "built $TARGET_DIR/release/clipsculpt and clipsculpt-lab for sm_$CAP in $((SECONDS - start)) s"
 [ "$DIST" = 1 ] || exit 0
 
 # 4. Shippable archive. xz with a large dictionary: the binaries share candle's kernels, so the
@@ -141,6 +142,7 @@ stage=$(mktemp -d)
 name="clipsculpt-cuda-sm$CAP"
 mkdir -p "$stage/$name/bin" "$stage/$name/lib" "$stage/$name/scripts"
 strip -o "$stage/$name/bin/clipsculpt" "$TARGET_DIR/release/clipsculpt"
+strip -o "$stage/$name/bin/clipsculpt-lab" "$TARGET_DIR/release/clipsculpt-lab"
 python3 - "$json" "$stage/$name/bin" $BENCHES <<'PY'
 import json, shutil, subprocess, sys
 out, want = sys.argv[2], set(sys.argv[3:])
@@ -161,10 +163,9 @@ for name in sorted(want):
 PY
 rm -f "$json"
 [ "$CURAND" = 0 ] || cp "$CUDA_ROOT/lib/libcurand.so.10" "$stage/$name/lib/"
-# The embedded default is read from assets/toy beside the binary (cli::context::toy_roots).
-mkdir -p "$stage/$name/bin/assets"
-cp -r "$ROOT/assets/toy" "$stage/$name/bin/assets/"
+# The embedded default is compiled into the binaries (clipsculpt's models::embedded): no assets to ship.
 cp "$ROOT/scripts/gpu-check.sh" "$stage/$name/scripts/"
+cp -r "$ROOT/scripts/gpu-check" "$stage/$name/scripts/"
 git -C "$ROOT" rev-parse HEAD >"$stage/$name/COMMIT" 2>/dev/null || echo unknown >"$stage/$name/COMMIT"
 echo "sm_$CAP" >"$stage/$name/COMPUTE_CAP"
 mkdir -p "$ROOT/dist"

@@ -15,15 +15,17 @@ Runs the prebuilt CUDA binary and benches of an unpacked dist archive
       pays one-time costs, then f32) and on the CPU (f32): CLIP cosines, mesh statistics,
       seconds and peak memory from each report.json;
   (b) random-weight models of published sizes (Shap-E prior 24 x 1024, decoder 256 wide,
-      CLIP ViT-B/16 geometry) through `generate`: guided sampling through the prior with the
-      prior's blocks unchecked vs checkpointed (the latents should be bitwise equal), then
-      under --memory-budget 8GiB;
+      CLIP ViT-B/16 geometry; written by clipsculpt-lab random-models) through `generate`:
+      guided sampling through the prior with the prior's blocks unchecked vs checkpointed (the
+      latents should be bitwise equal), then under --memory-budget 8GiB;
   (c) the prior-guidance bench at the published prior shape (f32 and bf16), `generate` with
       its defaults on (b)'s models (64 prior steps), then end-to-end guidance on them (a short
       chain, then its defaults);
   (d) the other benches (guide, clip, render, checkpoint) on the GPU, unchecked vs checkpointed
       and f32 vs bf16.
-Steps run in that order, so a short --budget keeps the first ones.
+Steps run in that order, so a short --budget keeps the first ones. The research settings of the
+runs (views, render side, checkpoint policies, end-to-end chain) are the --settings files in
+scripts/gpu-check/.
 
   --quick           only (a) on the GPU in bf16 and one guide bench (a smoke test, ~1 min)
   --steps NAME,...  run only the steps of these names (as the step table names them; the
@@ -63,8 +65,13 @@ done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN="$ROOT/bin"
+SET="$ROOT/scripts/gpu-check"
 if [ ! -x "$BIN/clipsculpt" ]; then
   echo "gpu-check.sh: no $BIN/clipsculpt: run this from an unpacked build-cuda.sh --dist archive" >&2
+  exit 2
+fi
+if [ ! -x "$BIN/clipsculpt-lab" ] || [ ! -f "$SET/published.json" ]; then
+  echo "gpu-check.sh: no $BIN/clipsculpt-lab or $SET/*.json: unpack an archive from this tree's build-cuda.sh --dist" >&2
   exit 2
 fi
 OUT=${OUT:-$(mktemp -d)}
@@ -82,9 +89,9 @@ if [ ! -e "$ROOT/lib/libcurand.so.10" ] && { [ -z "$CU13" ] || [ ! -e "$CU13/lib
   CURAND=$(dirname "$(find / -name 'libcurand.so.10*' 2>/dev/null | head -1)" 2>/dev/null)
 fi
 export LD_LIBRARY_PATH="$ROOT/lib${CU13:+:$CU13}${CURAND:+:$CURAND}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$BIN/clipsculpt" | grep -q 'not found'; then
+if ldd "$BIN/clipsculpt" "$BIN/clipsculpt-lab" | grep -q 'not found'; then
   echo "gpu-check.sh: unresolved libraries (LD_LIBRARY_PATH=$LD_LIBRARY_PATH):" >&2
-  ldd "$BIN/clipsculpt" | grep 'not found' >&2
+  ldd "$BIN/clipsculpt" "$BIN/clipsculpt-lab" | grep 'not found' >&2
   exit 2
 fi
 
@@ -118,6 +125,7 @@ nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
 echo
 
 CS="$BIN/clipsculpt"
+LAB="$BIN/clipsculpt-lab"
 # (0) One-time costs of a fresh machine: the first use of each of candle's kernel modules with an
 #     empty driver cache (CUDA_CACHE_PATH), then with the cache kept.
 KL=(env CLIPSCULPT_DEVICE=cuda CLIPSCULPT_DTYPE=f32 "$BIN/bench-kernel_load")
@@ -127,7 +135,7 @@ if [ "$QUICK" = 0 ]; then
   [ -d "$OUT/nv-cache" ] && echo "driver cache after the kernel probes: $(du -sh "$OUT/nv-cache" | cut -f1)" | tee -a "$LOG"
 fi
 
-GEN=(generate "a red cube" --formats glb,ply --preview-size 64)
+GEN=(generate "a red cube" --formats glb,ply --settings "$SET/toy.json")
 # (a) The embedded toy default: GPU f32, GPU bf16, CPU f32. The first run is the machine's first
 #     with the default driver cache (~/.nv/ComputeCache), unless CUDA_CACHE_PATH is set.
 step toy-gpu-bf16 120 "$CS" -q --device cuda --dtype bf16 "${GEN[@]}" --out "$OUT/toy-gpu-bf16"
@@ -142,16 +150,15 @@ fi
 # (b) Random-weight models of published sizes: guided sampling through the prior with its blocks
 #     unchecked vs checkpointed (decoder chunks and CLIP blocks checkpointed in both).
 if [ "$QUICK" = 0 ]; then
-  if step random-models 90 "$CS" -q random-models "$OUT/published" --preset published; then
+  if step random-models 90 "$LAB" -q random-models "$OUT/published" --preset published; then
     BIG=(generate "a red cube" --model "$OUT/published/shap_e" --clip "$OUT/published/clip"
-         --views 2 --resolution 64 --prior-steps 16 --grid 64 --formats glb
-         --preview-size 32 --eval-every 0 --explore off)
+         --prior-steps 16 --grid 64 --formats glb)
     step published-blocks 120 "$CS" -q --device cuda "${BIG[@]}" --guide sampling \
-      --prior-checkpoint blocks --checkpoint blocks --out "$OUT/published-blocks"
+      --settings "$SET/published.json" --out "$OUT/published-blocks"
     step published-none 120 "$CS" -q --device cuda "${BIG[@]}" --guide sampling \
-      --prior-checkpoint none --checkpoint blocks --out "$OUT/published-none"
+      --settings "$SET/published-prior-none.json" --out "$OUT/published-none"
     step published-budget 120 "$CS" -q --device cuda "${BIG[@]}" --guide sampling \
-      --memory-budget 8GiB --out "$OUT/published-budget"
+      --settings "$SET/published.json" --memory-budget 8GiB --out "$OUT/published-budget"
   fi
 fi
 
@@ -165,8 +172,8 @@ if [ "$QUICK" = 0 ]; then
   fi
   step bench-prior-bf16 90 env CLIPSCULPT_DEVICE=cuda CLIPSCULPT_DTYPE=bf16 PRIOR_BENCH_REPEATS=3 "$BIN/bench-prior_guidance"
   if [ -d "$OUT/published" ]; then
-    step published-e2e 120 "$CS" -q --device cuda "${BIG[@]}" --guide end-to-end --e2e-steps 4 \
-      --e2e-iterations 2 --out "$OUT/published-e2e"
+    step published-e2e 120 "$CS" -q --device cuda "${BIG[@]}" --guide end-to-end \
+      --settings "$SET/published-e2e.json" --out "$OUT/published-e2e"
     step published-e2e-default 180 "$CS" -q --device cuda generate "a wooden chair" \
       --model "$OUT/published/shap_e" --clip "$OUT/published/clip" --guide end-to-end \
       --formats glb --out "$OUT/published-e2e-default"
