@@ -19,10 +19,12 @@ use crate::eval::{classify, EvalError};
 use crate::fitted::Fitted;
 use crate::report::{Attribution, EvalRecord, EvalTable, ScorerCheck, Verdict};
 use crate::world::{Colour, Shape};
-use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::guide::error::GuideError;
 use clipsculpt::guide::{self, Explore, GuideMode, Score, Target};
-use clipsculpt::pipeline::{extract_mesh, same_values, Guided, Models, RunSettings};
+use clipsculpt::pipeline::{
+    self, extract_mesh, same_values, stage, Guided, Models, Observer, Outcome, RunContext,
+    RunSettings, StageRecord,
+};
 
 /// A mode the evaluation compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +200,29 @@ pub fn judge(models: &Models, z: &Tensor, grid: usize, device: &Device, prompt: 
     }
 }
 
+/// The stage hook of an eval run: the seconds of its sampling and optimizing stages.
+#[derive(Default)]
+struct StageSeconds {
+    sampling: f64,
+    optimizing: f64,
+}
+
+impl StageSeconds {
+    fn total(&self) -> f64 {
+        self.sampling + self.optimizing
+    }
+}
+
+impl Observer for StageSeconds {
+    fn stage(&mut self, name: &'static str, record: &StageRecord) {
+        match name {
+            stage::SAMPLING => self.sampling = record.seconds,
+            stage::OPTIMIZING => self.optimizing = record.seconds,
+            _ => {}
+        }
+    }
+}
+
 /// A latent with the verdict on its mesh and the seconds it took to make.
 struct Judged {
     latent: Tensor,
@@ -259,46 +284,19 @@ impl<'a> PromptRun<'a> {
         )?)
     }
 
-    /// Every mode at `seed`, pushed onto `table`. The prior mode is the seed's own unguided
-    /// sample; the guided modes start from the best of `s.candidates` noises (the seed's own
-    /// with one), their seconds including the choice.
+    /// Every mode at `seed`, pushed onto `table`, each a run of [`pipeline::run`] (the stages of
+    /// `generate`, without its files). The prior mode is the seed's own unguided sample; the
+    /// guided modes start from the best of `s.candidates` noises (the seed's own with one).
     fn seed(&self, seed: u64, modes: &[EvalMode], table: &mut EvalTable) -> Result<()> {
-        let root = Rng::new(seed);
-        let t = Instant::now();
-        let z0 = self
-            .models
-            .run_sample(self.prompt, self.s, &root, self.device)?;
+        let mut s = EvalMode::Prior.settings(self.s);
+        (s.seed, s.candidates) = (seed, 1);
+        let (out, seconds) = self.run(&s)?;
         let prior = Judged {
-            verdict: self.judge(&z0),
-            latent: z0,
-            seconds: t.elapsed().as_secs_f64(),
+            verdict: self.judge(out.latent()),
+            latent: out.latent().clone(),
+            seconds,
         };
-        let prior_score = self.score(&prior.latent)?;
-        let chosen = self.chosen_noise(&root)?;
-        let (rng, start, start_score, choice_seconds) = match &chosen {
-            Some((rng, judged, score)) => (rng, judged, *score, judged.seconds),
-            None => (&root, &prior, prior_score, 0.0),
-        };
-        let guides = |m: &EvalMode| matches!(m, EvalMode::Sampling | EvalMode::Both);
-        let sampled = match modes.iter().any(guides) {
-            true => {
-                let unguided = chosen.as_ref().map(|(_, j, score)| (&j.latent, *score));
-                Some(self.sampling_run((rng, unguided), choice_seconds)?)
-            }
-            false => None,
-        };
-        // A run whose guidance stopped: its failed verdict, attributed to its start.
-        let stopped = |mode, (name, from): (&str, &Judged), (verdict, seconds): (Verdict, f64)| {
-            let attribution = Attribution {
-                start: name.into(),
-                start_verdict: from.verdict.clone(),
-                scores: None,
-                export_step: None,
-                moved: false,
-            };
-            self.record(mode, seed, verdict, Some(attribution), seconds)
-        };
-        let (from_prior, unguided) = (("prior sample", start), ("unguided sample", start));
+        let prior_score = out.before;
         for &mode in modes {
             let record = match mode {
                 EvalMode::Prior => {
@@ -306,39 +304,14 @@ impl<'a> PromptRun<'a> {
                         self.record(mode, seed, prior.verdict.clone(), None, prior.seconds);
                     self.checked(record, prior_score.score)
                 }
-                EvalMode::Latent | EvalMode::Explore => {
-                    let run = self.latent_run(mode, seed, rng, start, start_score, from_prior.0);
-                    run?.unwrap_or_else(|f| stopped(mode, from_prior, f))
-                }
-                EvalMode::EndToEnd => self
-                    .end_to_end_run(seed, rng, (start, start_score), choice_seconds)?
-                    .unwrap_or_else(|f| stopped(mode, unguided, f)),
-                EvalMode::Sampling | EvalMode::Both => {
-                    let guided = match sampled.as_ref() {
-                        Some(Ok(guided)) => guided,
-                        Some(Err(failed)) => {
-                            table.push(stopped(mode, unguided, failed.clone()));
-                            continue;
+                mode => {
+                    let mut s = mode.settings(self.s);
+                    s.seed = seed;
+                    match stopped(self.run(&s), self.prompt, Instant::now())? {
+                        Ok((out, seconds)) => {
+                            self.guided_record(mode, seed, &out, seconds, (&prior, prior_score))?
                         }
-                        None => anyhow::bail!("no guided sample for {mode} (bug)"),
-                    };
-                    if mode == EvalMode::Sampling {
-                        let score = self.score(&guided.latent)?;
-                        let attribution = Attribution {
-                            start: unguided.0.into(),
-                            start_verdict: start.verdict.clone(),
-                            scores: Some([start_score.score, score.score]),
-                            export_step: None,
-                            moved: !same_values(&start.latent, &guided.latent)?,
-                        };
-                        let v = guided.verdict.clone();
-                        let record = self.record(mode, seed, v, Some(attribution), guided.seconds);
-                        self.checked(record, score.score)
-                    } else {
-                        let start_score = self.score(&guided.latent)?;
-                        let from_guided = ("guided sample", guided);
-                        self.latent_run(mode, seed, rng, guided, start_score, from_guided.0)?
-                            .unwrap_or_else(|f| stopped(mode, from_guided, f))
+                        Err(failed) => self.stopped_record(mode, seed, &prior, failed),
                     }
                 }
             };
@@ -347,121 +320,82 @@ impl<'a> PromptRun<'a> {
         Ok(())
     }
 
-    /// With more than one candidate, the best noise of the run with root generator `root`
-    /// ([`Models::best_noise`]): its root generator, its judged unguided sample (the seconds of
-    /// the whole choice) and that sample's held-aside score.
-    fn chosen_noise(&self, root: &Rng) -> Result<Option<(Rng, Judged, Score)>> {
-        if self.s.candidates <= 1 {
-            return Ok(None);
-        }
-        let t = Instant::now();
-        let c = self
-            .models
-            .best_noise(&self.target, self.s, root, self.device, |_, _| {})?;
-        let judged = Judged {
-            verdict: self.judge(&c.sample),
-            latent: c.sample,
-            seconds: t.elapsed().as_secs_f64(),
-        };
-        Ok(Some((c.rng, judged, c.score)))
+    /// One run of `generate`'s stages with settings `s`, and the seconds of its sampling and
+    /// optimizing stages (as its stage hook reports them; scoring not included).
+    fn run<'s>(&'s self, s: &'s RunSettings) -> Result<(Outcome<'s>, f64)> {
+        let ctx = RunContext::new(self.models, s, self.device);
+        let mut seconds = StageSeconds::default();
+        let out = pipeline::run(&ctx, self.prompt, &mut seconds)?;
+        Ok((out, seconds.total()))
     }
 
-    /// The guided sample of this prompt at the root generator `rng`, judged; or, when guidance
-    /// stopped on a non-finite loss, the failed verdict and the seconds it ran. `unguided` is the
-    /// chosen noise's unguided sample and score when there was a choice (as `generate` reuses it).
-    fn sampling_run(
-        &self,
-        (rng, unguided): (&Rng, Option<(&Tensor, Score)>),
-        seconds_before: f64,
-    ) -> Result<Stoppable<Judged>> {
-        let t = Instant::now();
-        let s = EvalMode::Sampling.settings(self.s);
-        let guided =
-            self.models
-                .guided_sample(&self.target, &s, (rng, unguided), self.device, |_, _| {});
-        Ok(stopped(guided, self.prompt, t)?
-            .map(|(z, ..)| Judged {
-                verdict: self.judge(&z),
-                latent: z,
-                seconds: seconds_before + t.elapsed().as_secs_f64(),
-            })
-            .map_err(|(verdict, seconds)| (verdict, seconds_before + seconds)))
-    }
-
-    /// End-to-end guidance of this prompt at the root generator `rng`, judged, attributed to the
-    /// unguided sample `prior` (held-aside score `prior_score`) from the same noise; its seconds
-    /// include `seconds_before` (the choice of that noise).
-    fn end_to_end_run(
-        &self,
-        seed: u64,
-        rng: &Rng,
-        (prior, prior_score): (&Judged, Score),
-        seconds_before: f64,
-    ) -> Result<Stoppable<EvalRecord>> {
-        let t = Instant::now();
-        let s = EvalMode::EndToEnd.settings(self.s);
-        let guided = self
-            .models
-            .end_to_end_sample(&self.target, &s, rng, self.device, |_, _| {});
-        let (z, scored) = match stopped(guided, self.prompt, t)? {
-            Ok((z, _, scored)) => (z, scored),
-            Err((verdict, seconds)) => return Ok(Err((verdict, seconds_before + seconds))),
-        };
-        let seconds = seconds_before + t.elapsed().as_secs_f64();
-        let score = match scored {
-            Some(score) => score,
-            None => self.score(&z)?,
-        };
-        let attribution = Attribution {
-            start: "unguided sample".into(),
-            start_verdict: prior.verdict.clone(),
-            scores: Some([prior_score.score, score.score]),
-            export_step: None,
-            moved: !same_values(&prior.latent, &z)?,
-        };
-        let verdict = self.judge(&z);
-        let record = self.record(
-            EvalMode::EndToEnd,
-            seed,
-            verdict,
-            Some(attribution),
-            seconds,
-        );
-        Ok(Ok(self.checked(record, score.score)))
-    }
-
-    /// The latent optimization of `mode` from `from` (held-aside score `from_score`), judged with
-    /// its attribution.
-    fn latent_run(
+    /// The record of guided `mode` at `seed`: the verdict on its export, attributed to its
+    /// start. `prior` (held-aside score `prior_score`) is the seed's unguided sample, the start
+    /// when no candidate noise was chosen.
+    fn guided_record(
         &self,
         mode: EvalMode,
         seed: u64,
-        rng: &Rng,
-        from: &Judged,
-        from_score: Score,
-        from_name: &str,
-    ) -> Result<Stoppable<EvalRecord>> {
-        let t = Instant::now();
-        let s = mode.settings(self.s);
-        let start = guide::Start {
-            latent: &from.latent,
-            score: Some(from_score.score),
+        out: &Outcome<'_>,
+        seconds: f64,
+        (prior, prior_score): (&Judged, Score),
+    ) -> Result<EvalRecord> {
+        let chosen = out.noise.as_ref().map(|c| Judged {
+            verdict: self.judge(&c.sample),
+            latent: c.sample.clone(),
+            seconds: 0.0,
+        });
+        let (unguided, unguided_score) = match (&chosen, &out.noise) {
+            (Some(j), Some(c)) => (j, c.score),
+            _ => (prior, prior_score),
         };
-        let guided = self
-            .models
-            .guide(&self.target, start, &s, rng, self.device, |_, _| {});
-        let guided = match stopped(guided, self.prompt, t)? {
-            Ok(guided) => guided,
-            Err(failed) => return Ok(Err(failed)),
+        let export = out.after.score.score;
+        let attribution = match mode {
+            EvalMode::Latent | EvalMode::Explore => {
+                self.latent_attribution(&out.guided, unguided, "prior sample")?
+            }
+            EvalMode::Both => {
+                let sample = Judged {
+                    verdict: self.judge(&out.prior),
+                    latent: out.prior.clone(),
+                    seconds: 0.0,
+                };
+                self.latent_attribution(&out.guided, &sample, "guided sample")?
+            }
+            _ => Attribution {
+                start: "unguided sample".into(),
+                start_verdict: unguided.verdict.clone(),
+                scores: Some([unguided_score.score, export]),
+                export_step: None,
+                moved: !same_values(&unguided.latent, out.latent())?,
+            },
         };
-        let seconds = from.seconds + t.elapsed().as_secs_f64();
-        let export = self.judge(&guided.latent);
-        let attribution = self.latent_attribution(&guided, from, from_name)?;
-        let record = self.record(mode, seed, export, Some(attribution), seconds);
-        match self.right_object {
-            Some(_) => Ok(Ok(self.checked(record, self.score(&guided.latent)?.score))),
-            None => Ok(Ok(record)),
-        }
+        let verdict = self.judge(out.latent());
+        let record = self.record(mode, seed, verdict, Some(attribution), seconds);
+        Ok(self.checked(record, export))
+    }
+
+    /// The failed record of `mode` at `seed`, whose guidance stopped: attributed to the seed's
+    /// unguided sample `prior`.
+    fn stopped_record(
+        &self,
+        mode: EvalMode,
+        seed: u64,
+        prior: &Judged,
+        (verdict, seconds): (Verdict, f64),
+    ) -> EvalRecord {
+        let start = match mode {
+            EvalMode::Latent | EvalMode::Explore => "prior sample",
+            _ => "unguided sample",
+        };
+        let attribution = Attribution {
+            start: start.into(),
+            start_verdict: prior.verdict.clone(),
+            scores: None,
+            export_step: None,
+            moved: false,
+        };
+        self.record(mode, seed, verdict, Some(attribution), seconds)
     }
 
     /// Where the latent stage of `guided` started (the sampler's output `from`, or an

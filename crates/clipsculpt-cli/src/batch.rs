@@ -10,7 +10,7 @@ use crate::context::{ensure_writable, Context};
 use crate::preview::{render_run, BlenderPreviewArgs};
 use crate::{EXIT_OK, EXIT_PARTIAL};
 use clipsculpt::batch::{parse_prompt_file, run_batch, Shard};
-use clipsculpt::pipeline;
+use clipsculpt::pipeline::{self, RunContext};
 
 /// Run every prompt of a file (resumable, shardable).
 #[derive(Debug, ClapArgs)]
@@ -66,24 +66,29 @@ impl Batch {
             if let Some(steps) = item.steps {
                 s.guide.steps = steps;
             }
-            pipeline::generate(&models, &item.prompt, &s, dir, &device, |_| {})
-                .and_then(|report| match report.no_mesh {
-                    Some(reason) => Err(anyhow::anyhow!(
-                        "no mesh: {reason}; {}",
-                        crate::remesh_hint("<folder>/latent.safetensors")
-                    )),
-                    None => Ok(()),
-                })
-                .and_then(|_| match &blender_exe {
-                    Some(exe) => render_run(
-                        exe,
-                        dir,
-                        &clipsculpt::blender::PreviewSettings::default(),
-                        true,
-                    ),
-                    None => Ok(()),
-                })
-                .map_err(|e| crate::error_line(&e).into())
+            pipeline::generate(
+                &RunContext::new(&models, &s, &device),
+                &item.prompt,
+                dir,
+                |_| {},
+            )
+            .and_then(|report| match report.no_mesh {
+                Some(reason) => Err(anyhow::anyhow!(
+                    "no mesh: {reason}; {}",
+                    crate::remesh_hint("<folder>/latent.safetensors")
+                )),
+                None => Ok(()),
+            })
+            .and_then(|_| match &blender_exe {
+                Some(exe) => render_run(
+                    exe,
+                    dir,
+                    &clipsculpt::blender::PreviewSettings::default(),
+                    true,
+                ),
+                None => Ok(()),
+            })
+            .map_err(|e| crate::error_line(&e).into())
         })?;
         println!(
             "batch done: {} done, {} already done, {} failed, {} bad lines, {} for other shards, {} run by another process",

@@ -13,7 +13,7 @@ use crate::{EXIT_NO_MESH, EXIT_OK, EXIT_PARTIAL};
 use clipsculpt::atomic::OutputDir;
 use clipsculpt::batch::check_prompt;
 use clipsculpt::guide::GuideMode;
-use clipsculpt::pipeline::{self, Report};
+use clipsculpt::pipeline::{self, Report, RunContext};
 
 /// Generate a mesh from one prompt (prior sample + CLIP-guided optimization + export).
 #[derive(Debug, ClapArgs)]
@@ -53,11 +53,11 @@ impl Generate {
         let out = out.unwrap_or_else(|| default_out(&prompt, run.seed));
         let dir = OutputDir::folder(&out, overwrite)?;
         let models = cx.load_models(&run.models, &device)?;
+        let ctx = RunContext::new(&models, &run, &device);
         let bar = StageBar::new(cx.quiet);
         // A failed Blender preview does not discard the run: it is kept and reported after the commit.
         let (report, preview) = in_private(&dir, |work| {
-            let report =
-                pipeline::generate(&models, &prompt, &run, work, &device, |p| bar.update(p))?;
+            let report = pipeline::generate(&ctx, &prompt, work, |p| bar.update(p))?;
             bar.finish();
             // The error names files in `work`, which becomes `out`.
             let preview = match (&blender_exe, &report.no_mesh) {

@@ -491,7 +491,7 @@ fn the_main_command_writes_the_latent_it_wrote_before_the_split() {
     assert!(o.status.success(), "{}", stderr(&o));
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/red_cube_seed0_latent.safetensors"
+        "/../clipsculpt/tests/fixtures/red_cube_seed0_latent.safetensors"
     );
     let want = std::fs::read(fixture).unwrap();
     assert!(std::fs::read(out.join("latent.safetensors")).unwrap() == want);

@@ -1,36 +1,38 @@
-//! The library's public API, used from outside the crate: load the embedded toy models, generate
-//! a mesh for one prompt, and read the report. `cargo test` compiles this file, so the facade
-//! stays usable; `cargo run --release --example api [OUT_DIR]` runs it (about a minute on a CPU).
+//! The library's public API, used from outside the crate as an application would: load the models of
+//! `RunSettings::default()` (the embedded toy world), generate a mesh for one prompt with exactly the
+//! settings of `clipsculpt generate PROMPT`, and read the report. `tests/facade.rs` runs this file's
+//! [`run`] and compares its latent with the CLI's; `cargo run --release --example api [OUT_DIR]` runs it
+//! (about 10 s on a CPU).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use candle_core::Device;
-use clipsculpt::guide::GuideSettings;
-use clipsculpt::mesh::Format;
-use clipsculpt::pipeline::{generate, Models, Progress, Report, RunSettings};
+use clipsculpt::device::Precision;
+use clipsculpt::models::HubOptions;
+use clipsculpt::pipeline::{generate, Models, Progress, Report, RunContext, RunSettings};
 
+/// Generates `prompt` into `out` with the default settings on the CPU.
+pub fn run(prompt: &str, out: &Path) -> Result<Report> {
+    let settings = RunSettings::default();
+    let device = Device::Cpu;
+    let precision = Precision::default_for(&device);
+    let models = Models::load_choice(&settings.models, &device, precision, &HubOptions::default())?;
+    let ctx = RunContext::new(&models, &settings, &device);
+    generate(&ctx, prompt, out, |p| {
+        if let Progress::Stage(name, _) = p {
+            eprintln!("{name}");
+        }
+    })
+}
+
+#[allow(dead_code)] // `tests/facade.rs` includes this file for `run` alone.
 fn main() -> Result<()> {
     let out: PathBuf = std::env::args().nth(1).map_or_else(
         || std::env::temp_dir().join("clipsculpt-api"),
         PathBuf::from,
     );
-    let toy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/toy");
-    let device = Device::Cpu;
-    let models = Models::load(&toy.join("shap_e"), &toy.join("clip"), &device)?;
-    let guide = GuideSettings {
-        steps: 4,
-        ..GuideSettings::default()
-    };
-    let settings = RunSettings {
-        formats: vec![Format::Ply, Format::Obj],
-        ..RunSettings::for_evaluation(guide)
-    };
-    let report: Report = generate(&models, "a red cube", &settings, &out, &device, |p| {
-        if let Progress::Stage(name, _) = p {
-            eprintln!("{name}");
-        }
-    })?;
+    let report = run("a red cube", &out)?;
     let Some(mesh) = report.mesh else {
         anyhow::bail!("no mesh: {}", report.no_mesh.unwrap_or_default());
     };

@@ -6,7 +6,7 @@ use candle_core::Device;
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::guide::{EndToEndGuidance, Explore, GuideMode, GuideSettings, SamplingGuidance};
 use clipsculpt::mesh::Format;
-use clipsculpt::pipeline::{generate, Models, Report, RunSettings};
+use clipsculpt::pipeline::{generate, Models, Report, RunContext, RunSettings};
 use clipsculpt::random::{toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes};
 
 /// Counts heap bytes, as the binary does, so the report's CPU memory figures are real.
@@ -78,7 +78,12 @@ fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
             formats: vec![Format::Ply],
         };
         let out = dir.path().join(format!("out-{keep_margin}"));
-        generate(&models, "a red cube", &s, &out, &dev, |_| {})
+        generate(
+            &RunContext::new(&models, &s, &dev),
+            "a red cube",
+            &out,
+            |_| {},
+        )
     };
     let free = run(0.0)?;
     let gain = free.score_after - free.score_before;
@@ -124,7 +129,12 @@ fn guided_run(models: &Models, out: &std::path::Path, lr: f64) -> Result<Report>
         preview_size: 8,
         formats: Format::DEFAULT.to_vec(),
     };
-    generate(models, "a green sphere", &s, out, &Device::Cpu, |_| {})
+    generate(
+        &RunContext::new(models, &s, &Device::Cpu),
+        "a green sphere",
+        out,
+        |_| {},
+    )
 }
 
 /// Whether the run exported a later latent whose held-aside score beats the start's by more than
@@ -263,7 +273,12 @@ fn guided_sampling_run_records_its_trace() -> Result<()> {
         formats: vec![Format::Ply],
     };
     let out = dir.path().join("out");
-    let report = generate(&models, "a red cube", &s, &out, &dev, |_| {})?;
+    let report = generate(
+        &RunContext::new(&models, &s, &dev),
+        "a red cube",
+        &out,
+        |_| {},
+    )?;
     // 6 Heun steps: every step but the last (σ → 0) is guided.
     assert_eq!(report.sampling.steps.len(), 5, "{:?}", report.sampling);
     assert_eq!(report.sampling.skipped, 0);

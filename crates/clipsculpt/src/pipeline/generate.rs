@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 
-use super::candidates::{Chosen, NoiseChoice};
+use super::candidates::Chosen;
 use super::mesh::LatentField;
 use super::models::{Guided, Models};
 use super::report::{ExportMemory, Report, ReportSettings};
 use super::settings::RunSettings;
-use super::stages::{stage, StageRecorder};
+use super::stages::{stage, StageRecord, StageRecorder};
 use super::stream;
 use crate::atomic::write_atomic;
 use crate::autodiff::rng::Rng;
@@ -29,86 +29,114 @@ pub enum Progress {
     Step(usize, f32),
 }
 
-/// Runs the whole job for `prompt` into `out_dir`, reporting progress through `on_progress`.
+/// Watches a run without orchestrating it: its progress, and each stage as it ends. A closure
+/// `FnMut(Progress)` is an observer of progress only.
+pub trait Observer {
+    /// Progress, for bars and logs.
+    fn progress(&mut self, _progress: Progress) {}
+    /// Stage `name` ([`stage`](super::stage)) ended a run of it; `record` is its totals so far
+    /// (a stage can run more than once, e.g. scoring before and after guidance).
+    fn stage(&mut self, _name: &'static str, _record: &StageRecord) {}
+}
+
+impl<F: FnMut(Progress)> Observer for F {
+    fn progress(&mut self, progress: Progress) {
+        self(progress)
+    }
+}
+
+/// What every stage of one run shares: the loaded models, the settings and the device.
+#[derive(Clone, Copy)]
+pub struct RunContext<'a> {
+    /// The loaded models.
+    pub models: &'a Models,
+    /// The run's settings.
+    pub settings: &'a RunSettings,
+    /// The device the models are on.
+    pub device: &'a Device,
+}
+
+impl<'a> RunContext<'a> {
+    /// The context of runs of `models` on `device` with `settings`.
+    pub fn new(models: &'a Models, settings: &'a RunSettings, device: &'a Device) -> Self {
+        Self {
+            models,
+            settings,
+            device,
+        }
+    }
+}
+
+/// Runs the whole job for `prompt` into `out_dir` ([`run`], then its files and `report.json`),
+/// telling `observer` its progress and stages.
 pub fn generate(
-    models: &Models,
+    ctx: &RunContext<'_>,
     prompt: &str,
-    s: &RunSettings,
     out_dir: &Path,
-    device: &Device,
-    mut on_progress: impl FnMut(Progress),
+    mut observer: impl Observer,
 ) -> Result<Report> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let outcome = run(ctx, prompt, &mut observer)?;
+    outcome.write(out_dir, &mut observer)
+}
+
+/// The latents and scores of one run, before anything is written: sample the prior (from the
+/// best of the candidate noises), score it, guide it, score the result.
+pub fn run<'a>(
+    ctx: &RunContext<'a>,
+    prompt: &'a str,
+    observer: &mut dyn Observer,
+) -> Result<Outcome<'a>> {
+    let (models, s, device) = (ctx.models, ctx.settings, ctx.device);
     let mut stages = StageRecorder::new(device);
     stages.record(stage::LOADING, models.load_seconds, models.load_peak_bytes);
-    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let rng = Rng::new(s.seed);
-
-    let judge = stages.run(stage::SCORING, || Judge::new(models, prompt, s))?;
+    observer.stage(stage::LOADING, &stages.get(stage::LOADING));
+    let judge = stages.observed(stage::SCORING, observer, |_| Judge::new(ctx, prompt))?;
     let chosen = match s.candidates {
         0 | 1 => None,
-        n => {
-            on_progress(Progress::Stage("sampling candidate noises", n));
-            let on_candidate = |k, c| on_progress(Progress::Step(k, c));
-            let best = || models.best_noise(&judge.target, s, &rng, device, on_candidate);
-            Some(stages.run(stage::SAMPLING, best)?)
-        }
+        n => Some(stages.observed(stage::SAMPLING, observer, |o| {
+            o.progress(Progress::Stage("sampling candidate noises", n));
+            let on_candidate = |k, c| o.progress(Progress::Step(k, c));
+            models.best_noise(&judge.target, s, &Rng::new(s.seed), device, on_candidate)
+        })?),
     };
-    let rng = chosen.as_ref().map_or(rng, |c| c.rng.clone());
-    let (z0, sampling, scored) = stages.run(stage::SAMPLING, || {
-        let chosen = chosen.as_ref();
-        sample(
-            models,
-            &judge.target,
-            s,
-            (&rng, chosen),
-            device,
-            &mut on_progress,
-        )
+    let rng = chosen.as_ref().map_or(Rng::new(s.seed), |c| c.rng.clone());
+    let (z0, sampling, scored) = stages.observed(stage::SAMPLING, observer, |o| {
+        sample(ctx, &judge.target, (&rng, chosen.as_ref()), o)
     })?;
     let before = match scored {
         Some(score) => score,
-        None => stages.run(stage::SCORING, || judge.score(&z0))?,
+        None => stages.observed(stage::SCORING, observer, |_| judge.score(&z0))?,
     };
-
-    on_progress(Progress::Stage("optimizing", latent_steps(s)));
-    let prior = guide::Start {
-        latent: &z0,
-        score: Some(before.score),
-    };
-    let guided = stages.run(stage::OPTIMIZING, || match latent_steps(s) {
-        0 => Ok(Guided::unguided(&z0)),
-        _ => models.guide(&judge.target, prior, s, &rng, device, |step, c| {
-            on_progress(Progress::Step(step, c))
-        }),
+    let guided = stages.observed(stage::OPTIMIZING, observer, |o| {
+        o.progress(Progress::Stage("optimizing", latent_steps(s)));
+        let start = guide::Start {
+            latent: &z0,
+            score: Some(before.score),
+        };
+        match latent_steps(s) {
+            0 => Ok(Guided::unguided(&z0)),
+            _ => models.guide(&judge.target, start, s, &rng, device, |step, c| {
+                o.progress(Progress::Step(step, c))
+            }),
+        }
     })?;
     stages.move_seconds(stage::OPTIMIZING, stage::EXPLORING, guided.start.seconds);
-    let z = &guided.latent;
-    let after = stages.run(stage::SCORING, || judge.after(&z0, z, before))?;
-
-    on_progress(Progress::Stage("writing latents, previews and meshes", 0));
-    let mut files = stages.run(stage::LATENTS, || write_latents(out_dir, &z0, z))?;
-    let sheets = Previews::new(models, s, &rng);
-    files.extend(stages.run(stage::PREVIEWS, || {
-        sheets.write(out_dir, &z0, z, after.unchanged)
-    })?);
-    let field = LatentField::new(&models.shap_e.decoder, z)?;
-    let export = stages.run(stage::EXPORT, || {
-        export_mesh(&field, s, device, out_dir, prompt)
+    let after = stages.observed(stage::SCORING, observer, |_| {
+        judge.after(&z0, &guided.latent, before)
     })?;
-    if let Ok(export) = &export {
-        files.extend(export.files.iter().cloned());
-    }
-    let outcome = Outcome {
-        noise: chosen.map(|c| c.choice),
+    Ok(Outcome {
+        ctx: *ctx,
+        judge,
+        rng,
+        noise: chosen,
+        prior: z0,
         before,
-        after,
         sampling,
         guided,
-        files,
-    };
-    let report = outcome.report(&judge, s, device, &stages, export)?;
-    write_report(out_dir, &report)?;
-    Ok(report)
+        after,
+        stages,
+    })
 }
 
 /// Exports the mesh of `field`; `Ok(Err(reason))` when the field has no surface to extract (empty, or not
@@ -133,40 +161,32 @@ fn export_mesh(
 /// through its last steps when the mode says so (with its trace, and its held-aside score when
 /// guidance computed it), else plain (the `chosen` candidate's sample, when there is one).
 fn sample(
-    models: &Models,
+    ctx: &RunContext<'_>,
     target: &Target,
-    s: &RunSettings,
     (rng, chosen): (&Rng, Option<&Chosen>),
-    device: &Device,
-    on_progress: &mut impl FnMut(Progress),
+    observer: &mut dyn Observer,
 ) -> Result<(Tensor, SamplingTrace, Option<Score>)> {
+    let (models, s, device) = (ctx.models, ctx.settings, ctx.device);
+    let stage = |o: &mut dyn Observer, name, steps| o.progress(Progress::Stage(name, steps));
     if s.mode == GuideMode::EndToEnd {
-        on_progress(Progress::Stage(
-            "end-to-end guidance through the last sampler steps",
-            s.end_to_end.iterations,
-        ));
+        let name = "end-to-end guidance through the last sampler steps";
+        stage(observer, name, s.end_to_end.iterations);
         return models.end_to_end_sample(target, s, rng, device, |i, c| {
-            on_progress(Progress::Step(i, c))
+            observer.progress(Progress::Step(i, c))
         });
     }
     if !s.mode.guides_sampling() {
         if let Some(c) = chosen {
             return Ok((c.sample.clone(), SamplingTrace::default(), Some(c.score)));
         }
-        on_progress(Progress::Stage("sampling the prior", 0));
-        return Ok((
-            models.run_sample(target.prompt(), s, rng, device)?,
-            SamplingTrace::default(),
-            None,
-        ));
+        stage(observer, "sampling the prior", 0);
+        let z0 = models.run_sample(target.prompt(), s, rng, device)?;
+        return Ok((z0, SamplingTrace::default(), None));
     }
-    on_progress(Progress::Stage(
-        "guided sampling through the prior",
-        s.prior_steps,
-    ));
+    stage(observer, "guided sampling through the prior", s.prior_steps);
     let unguided = chosen.map(|c| (&c.sample, c.score));
-    models.guided_sample(target, s, (rng, unguided), device, |step, c| {
-        on_progress(Progress::Step(step, c))
+    models.guided_sample(target, s, (rng, unguided), device, |i, c| {
+        observer.progress(Progress::Step(i, c))
     })
 }
 
@@ -189,17 +209,18 @@ struct Judge<'a> {
 }
 
 /// The scores of the guided latent.
-struct After {
+pub struct After {
     /// Its held-aside score.
-    score: Score,
+    pub score: Score,
     /// The held-out CLIP's cosine of the prior's and the guided latent, when there is one.
-    held_out: Option<[f32; 2]>,
+    pub held_out: Option<[f32; 2]>,
     /// Whether guidance left the latent as the prior sampled it.
-    unchanged: bool,
+    pub unchanged: bool,
 }
 
 impl<'a> Judge<'a> {
-    fn new(models: &'a Models, prompt: &'a str, s: &RunSettings) -> Result<Self> {
+    fn new(ctx: &RunContext<'a>, prompt: &'a str) -> Result<Self> {
+        let (models, s) = (ctx.models, ctx.settings);
         let scorer = &models.scorer;
         Ok(Self {
             models,
@@ -247,37 +268,77 @@ impl<'a> Judge<'a> {
     }
 }
 
-/// What a run produced, before it is written as a [`Report`].
-struct Outcome {
-    noise: Option<NoiseChoice>,
-    before: Score,
-    sampling: SamplingTrace,
-    after: After,
-    guided: Guided,
-    files: Vec<PathBuf>,
+/// What a run made ([`run`]), before it is written ([`Outcome::write`]).
+pub struct Outcome<'a> {
+    ctx: RunContext<'a>,
+    judge: Judge<'a>,
+    /// The root generator the run went on with (the chosen candidate's).
+    rng: Rng,
+    /// The chosen candidate noise, with its unguided sample, when there were several.
+    pub noise: Option<Chosen>,
+    /// The sampler's output (guided in the sampling modes), where the latent stage started.
+    pub prior: Tensor,
+    /// The held-aside score of `prior`.
+    pub before: Score,
+    /// What guided sampling measured.
+    pub sampling: SamplingTrace,
+    /// The latent stage's result: `guided.latent` is the run's latent.
+    pub guided: Guided,
+    /// The scores of the run's latent.
+    pub after: After,
+    stages: StageRecorder,
 }
 
-impl Outcome {
-    /// The report of this outcome of the judge's models and prompt with settings `s`.
+impl Outcome<'_> {
+    /// The run's latent (what is exported).
+    pub fn latent(&self) -> &Tensor {
+        &self.guided.latent
+    }
+
+    /// Writes the latents, previews, meshes and `report.json` into `out_dir`, telling `observer`.
+    pub fn write(mut self, out_dir: &Path, observer: &mut dyn Observer) -> Result<Report> {
+        let (z0, z) = (&self.prior, &self.guided.latent);
+        let (s, device) = (self.ctx.settings, self.ctx.device);
+        let prompt = self.judge.prompt;
+        observer.progress(Progress::Stage("writing latents, previews and meshes", 0));
+        let stages = &mut self.stages;
+        let mut files =
+            stages.observed(stage::LATENTS, observer, |_| write_latents(out_dir, z0, z))?;
+        let sheets = Previews::new(self.ctx.models, s, &self.rng);
+        let unchanged = self.after.unchanged;
+        files.extend(stages.observed(stage::PREVIEWS, observer, |_| {
+            sheets.write(out_dir, z0, z, unchanged)
+        })?);
+        let field = LatentField::new(&self.ctx.models.shap_e.decoder, z)?;
+        let export = stages.observed(stage::EXPORT, observer, |_| {
+            export_mesh(&field, s, device, out_dir, prompt)
+        })?;
+        if let Ok(export) = &export {
+            files.extend(export.files.iter().cloned());
+        }
+        let report = self.report(files, export)?;
+        write_report(out_dir, &report)?;
+        Ok(report)
+    }
+
+    /// The report of this outcome, with the `files` written and the `export`.
     fn report(
         self,
-        judge: &Judge<'_>,
-        s: &RunSettings,
-        device: &Device,
-        stages: &StageRecorder<'_>,
+        files: Vec<PathBuf>,
         export: std::result::Result<ExportReport, String>,
     ) -> Result<Report> {
         let (export, no_mesh) = match export {
             Ok(e) => (Some(e), None),
             Err(reason) => (None, Some(reason)),
         };
-        let models = judge.models;
+        let (models, s, device) = (self.ctx.models, self.ctx.settings, self.ctx.device);
+        let stages = &self.stages;
         Ok(Report {
             version: env!("CARGO_PKG_VERSION"),
-            prompt: judge.prompt.to_string(),
+            prompt: self.judge.prompt.to_string(),
             models: models.sources.clone(),
             settings: ReportSettings::resolved(s, models, device),
-            noise: self.noise,
+            noise: self.noise.map(|c| c.choice),
             sampling: self.sampling,
             trace: self.guided.trace,
             start: self.guided.start,
@@ -285,7 +346,7 @@ impl Outcome {
             score_after: self.after.score.score,
             cosine_before: self.before.cosine,
             cosine_after: self.after.score.cosine,
-            negatives: judge.target.negatives(),
+            negatives: self.judge.target.negatives(),
             held_out_scores: self.after.held_out,
             seconds: stages.seconds(export.as_ref()),
             peak_optimize_bytes: stages.get(stage::OPTIMIZING).heap_above_start,
@@ -296,7 +357,7 @@ impl Outcome {
             memory: stages.memory(models.precision, export.as_ref())?,
             mesh: export.map(|e| e.stats),
             no_mesh,
-            files: self.files,
+            files,
         })
     }
 }

@@ -11,11 +11,12 @@ pub(crate) mod models;
 pub(crate) mod report;
 pub(crate) mod settings;
 pub(crate) mod stages;
+pub use stages::{stage, StageRecord};
 pub mod stream;
 
-pub use candidates::NoiseChoice;
+pub use candidates::{Chosen, NoiseChoice};
 pub use generate::same_values;
-pub use generate::{generate, Progress};
+pub use generate::{generate, run, After, Observer, Outcome, Progress, RunContext};
 pub use mesh::extract_mesh;
 pub use mesh::LatentField;
 pub use models::read_negatives;

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use candle_core::Device;
 
+use super::generate::Observer;
 use super::report::{MemorySection, StagePeakBytes, StageSeconds};
 use crate::autodiff::memory::PeakMeter;
 use crate::device::memory as device_memory;
@@ -15,49 +16,49 @@ use crate::device::Precision;
 use crate::mesh::ExportReport;
 
 /// The stage names of a `generate` run, in the order they run.
-pub(crate) mod stage {
+pub mod stage {
     /// Loading the models (measured once per process, before the run).
-    pub(crate) const LOADING: &str = "loading";
+    pub const LOADING: &str = "loading";
     /// Text conditioning and prior sampling.
-    pub(crate) const SAMPLING: &str = "sampling";
+    pub const SAMPLING: &str = "sampling";
     /// The target's text embeddings and the before/after (and held-out) scores.
-    pub(crate) const SCORING: &str = "scoring";
+    pub const SCORING: &str = "scoring";
     /// Exploration (the part of [`OPTIMIZING`] that chose the start).
-    pub(crate) const EXPLORING: &str = "exploring";
+    pub const EXPLORING: &str = "exploring";
     /// CLIP-guided optimization.
-    pub(crate) const OPTIMIZING: &str = "optimizing";
+    pub const OPTIMIZING: &str = "optimizing";
     /// Writing the latents.
-    pub(crate) const LATENTS: &str = "latents";
+    pub const LATENTS: &str = "latents";
     /// The preview sheets.
-    pub(crate) const PREVIEWS: &str = "previews";
+    pub const PREVIEWS: &str = "previews";
     /// The graph-free export (its own timings are in [`crate::mesh::ExportReport`]).
-    pub(crate) const EXPORT: &str = "export";
+    pub const EXPORT: &str = "export";
 }
 
 /// What one stage took: seconds and peak bytes summed and maxed over its runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct StageRecord {
+pub struct StageRecord {
     /// Wall seconds.
-    pub(crate) seconds: f64,
+    pub seconds: f64,
     /// Peak bytes in use on the device's meter (absolute).
-    pub(crate) peak_bytes: u64,
+    pub peak_bytes: u64,
     /// Peak host heap bytes above the stage's start (0 without the counting allocator).
-    pub(crate) heap_above_start: usize,
+    pub heap_above_start: usize,
 }
 
 /// Records the stages of one run on one device, by name.
 #[derive(Debug)]
-pub(crate) struct StageRecorder<'d> {
-    device: &'d Device,
+pub(crate) struct StageRecorder {
+    device: Device,
     started: Instant,
     stages: BTreeMap<&'static str, StageRecord>,
 }
 
-impl<'d> StageRecorder<'d> {
+impl StageRecorder {
     /// A recorder whose run starts now on `device`.
-    pub(crate) fn new(device: &'d Device) -> Self {
+    pub(crate) fn new(device: &Device) -> Self {
         Self {
-            device,
+            device: device.clone(),
             started: Instant::now(),
             stages: BTreeMap::new(),
         }
@@ -87,14 +88,29 @@ impl<'d> StageRecorder<'d> {
     {
         let t = Instant::now();
         let heap = PeakMeter::start();
-        device_memory::reset_peak(self.device)?;
+        device_memory::reset_peak(&self.device)?;
         let out = f()?;
         let record = StageRecord {
-            peak_bytes: device_memory::peak_bytes(self.device)?,
+            peak_bytes: device_memory::peak_bytes(&self.device)?,
             heap_above_start: heap.peak_above_base(),
             seconds: t.elapsed().as_secs_f64(),
         };
         self.add(name, record);
+        Ok(out)
+    }
+
+    /// [`Self::run`] with `observer` handed to `f` and told of the stage when it ends.
+    pub(crate) fn observed<T, E>(
+        &mut self,
+        name: &'static str,
+        observer: &mut dyn Observer,
+        f: impl FnOnce(&mut dyn Observer) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<candle_core::Error>,
+    {
+        let out = self.run(name, || f(&mut *observer))?;
+        observer.stage(name, &self.get(name));
         Ok(out)
     }
 
@@ -163,8 +179,8 @@ impl<'d> StageRecorder<'d> {
     ) -> candle_core::Result<MemorySection> {
         let peak = |name| self.get(name).peak_bytes;
         Ok(MemorySection {
-            device: device_memory::device_label(self.device)?,
-            meter: device_memory::meter(self.device),
+            device: device_memory::device_label(&self.device)?,
+            meter: device_memory::meter(&self.device),
             dtype,
             peak_bytes: StagePeakBytes {
                 loading: peak(stage::LOADING),
