@@ -31,6 +31,29 @@ fn train_toy_refuses_bad_flags_without_leaving_a_folder() {
             "0.5",
             "--prior-uncaptioned-held-out",
         ],
+        &[
+            "train-toy",
+            "--out",
+            out_arg,
+            "--prior-uncaptioned-weight",
+            "0",
+        ],
+        &[
+            "train-toy",
+            "--out",
+            out_arg,
+            "--prior-uncaptioned-weight",
+            "0.5",
+            "--prior-uncaptioned-held-out",
+        ],
+        &[
+            "train-toy",
+            "--out",
+            out_arg,
+            "--only-prior",
+            "--prior-distractors",
+            "4",
+        ],
     ] {
         let o = clipsculpt(args, &[]);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
