@@ -154,10 +154,11 @@ pub fn draw(
             redraws += 1;
             if redraws > s.redraws {
                 candle_core::bail!(
-                    "distractor {i} ({} {}/{}) was judged a held-out combination {redraws} times",
+                    "distractor {i} ({} {}/{}) was judged a held-out combination {redraws} times (last: {})",
                     c.name(),
                     base.name(),
-                    other.name()
+                    other.name(),
+                    crate::caption::caption(verdict.0, verdict.1)
                 );
             }
         }
@@ -307,6 +308,65 @@ mod tests {
         let (shape, colour) = judge(&blend, 64)?;
         assert_eq!(colour, Colour::Blue);
         assert!([Shape::Sphere, Shape::Cube].contains(&shape), "{shape:?}");
+        Ok(())
+    }
+
+    /// Scouting run (not a test of behaviour): for issue 53's splits S1 and S2, four draws of
+    /// each type in either order from the protocol's stream (prior seed 3), judged at 64³; prints
+    /// the types judged a held-out combination and the blends that mesh to nothing.
+    /// `cargo test -p clipsculpt-lab --lib -- --ignored --nocapture held_out_verdicts`
+    #[test]
+    #[ignore = "seconds; prints verdicts"]
+    fn held_out_verdicts_per_type() -> Result<()> {
+        for split in [
+            "a red sphere,a green cube,a blue cylinder,a yellow cone,a white torus,a black capsule",
+            "a blue sphere,a yellow cube,a green cylinder,a black cone,a red torus,a white capsule",
+        ] {
+            let held = crate::split::parse_split(split).map_err(candle_core::Error::Msg)?;
+            let mut rng = Rng::new(3 ^ 0xd157);
+            let (mut bad, mut empty, mut n) = (0, 0, 0);
+            for (c, a, b) in types(&crate::world::combinations(), &held) {
+                for (base, other) in [(a, b), (b, a)] {
+                    let mut line = Vec::new();
+                    for _ in 0..4 {
+                        let object = WorldObject::random(base, c, &mut rng);
+                        let weight = rng.range(BLEND_RANGE.0, BLEND_RANGE.1);
+                        n += 1;
+                        match judge(
+                            &Blend {
+                                object,
+                                other,
+                                weight,
+                            },
+                            64,
+                        ) {
+                            Ok(v) if held.contains(&v) => {
+                                bad += 1;
+                                line.push(format!(
+                                    "{weight:.2}: {}",
+                                    crate::caption::caption(v.0, v.1)
+                                ));
+                            }
+                            Ok(_) => {}
+                            Err(_) => {
+                                empty += 1;
+                                line.push(format!("{weight:.2}: no mesh"));
+                            }
+                        }
+                    }
+                    if !line.is_empty() {
+                        println!(
+                            "{} {}/{}: {}",
+                            c.name(),
+                            base.name(),
+                            other.name(),
+                            line.join(", ")
+                        );
+                    }
+                }
+            }
+            println!("{split}: {bad} of {n} judged held out, {empty} without a mesh\n");
+        }
         Ok(())
     }
 }
