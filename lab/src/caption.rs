@@ -83,6 +83,16 @@ fn eval_prompt_file(held_out_only: bool) -> String {
     out
 }
 
+/// The text of `lab/prompts/toy-templates.txt`: every combination (in [`combinations`] order)
+/// under each of the seven non-canonical templates `TEMPLATES[1..8]`, one caption a line (252).
+#[cfg(test)]
+fn template_prompt_file() -> String {
+    combinations()
+        .into_iter()
+        .flat_map(|(s, c)| TEMPLATES[1..].iter().map(move |t| fill(t, s, c) + "\n"))
+        .collect()
+}
+
 fn fill(template: &str, shape: Shape, colour: Colour) -> String {
     template
         .replace("{c}", colour.name())
@@ -130,6 +140,31 @@ mod tests {
             let file = clipsculpt::batch::parse_prompt_file(&root.join(name)).unwrap();
             assert_eq!((file.items.len(), file.errors.len()), (items, 0), "{name}");
         }
+    }
+
+    /// `lab/prompts/toy-templates.txt` is [`template_prompt_file`]'s text (regenerate with
+    /// `cargo test -p clipsculpt-lab --lib -- --ignored write_template_prompt_file`): 252
+    /// prompts, each parsing to its combination.
+    #[test]
+    fn template_prompt_file_is_current() {
+        let text = include_str!("../prompts/toy-templates.txt");
+        assert_eq!(text, template_prompt_file());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 252);
+        assert_eq!(lines[0], "a sphere that is red");
+        assert_eq!(lines[251], "a photo of a black capsule");
+        let combos = combinations();
+        for (i, line) in lines.iter().enumerate() {
+            assert_eq!(parse_caption(line), Some(combos[i / 7]), "{line}");
+        }
+    }
+
+    #[test]
+    #[ignore = "writes lab/prompts/toy-templates.txt"]
+    fn write_template_prompt_file() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts/toy-templates.txt");
+        clipsculpt::atomic::write_atomic(&path, template_prompt_file().as_bytes()).unwrap();
     }
 
     #[test]

@@ -12,6 +12,7 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 
 use crate::factors;
+use crate::render::Solid;
 use crate::world::{Colour, Shape, WorldObject};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::mesh::colour::linear_to_srgb;
@@ -415,10 +416,10 @@ fn fit_loss(
 /// Indices of the objects whose decoded field misses most of the object: fewer than half of the
 /// random points inside the target are inside the decoded field (a latent stuck in a region where
 /// the field is empty everywhere, as the first fits of the yellow cone and cylinder were).
-pub fn collapsed(
+pub fn collapsed<S: Solid>(
     decoder: &Decoder,
     latents: &Tensor,
-    objects: &[WorldObject],
+    objects: &[S],
     s: &FitSettings,
     rng: &mut Rng,
     dev: &Device,
@@ -464,8 +465,42 @@ fn refit_latents(
             None => rng.normal_tensor(&[latents.dim(1)?, latents.dim(2)?], dev)?,
         });
     }
-    let sub = Var::from_tensor(&normalize_rows(&Tensor::stack(&starts, 0)?, s.latent_rms)?)?;
     let sub_objects: Vec<WorldObject> = bad.iter().map(|&i| objects[i]).collect();
+    let starts = normalize_rows(&Tensor::stack(&starts, 0)?, s.latent_rms)?;
+    let refit = fit_latents(decoder, &starts, &sub_objects, s.restart_steps, s, rng, dev)?;
+    let mut rows: Vec<Tensor> = (0..objects.len())
+        .map(|i| latents.get(i))
+        .collect::<Result<_>>()?;
+    for (k, &i) in bad.iter().enumerate() {
+        rows[i] = refit.latents.get(k)?;
+    }
+    Ok((Tensor::stack(&rows, 0)?, refit.losses))
+}
+
+/// Latents fitted with the decoder frozen ([`fit_latents`]).
+pub struct LatentFit {
+    /// The fitted latents `(solids, rows, d)`, detached.
+    pub latents: Tensor,
+    /// Mean loss per step.
+    pub losses: Vec<f32>,
+    /// Each solid's loss at the last step.
+    pub last: Vec<f32>,
+}
+
+/// Fits one free latent per solid against the frozen `decoder`, from `starts (solids, rows, d)`:
+/// `steps` Adam steps at `s.lr` on `s.points` fresh points per solid, rows renormalised to
+/// `s.latent_rms` after each step (the refit of collapsed latents; the shape blends of
+/// [`crate::distractors`]).
+pub fn fit_latents<S: Solid>(
+    decoder: &Decoder,
+    starts: &Tensor,
+    solids: &[S],
+    steps: usize,
+    s: &FitSettings,
+    rng: &mut Rng,
+    dev: &Device,
+) -> Result<LatentFit> {
+    let sub = Var::from_tensor(&starts.detach())?;
     let mut opt = AdamW::new(
         vec![sub.clone()],
         ParamsAdamW {
@@ -474,21 +509,21 @@ fn refit_latents(
             ..Default::default()
         },
     )?;
-    let mut losses = Vec::with_capacity(s.restart_steps);
-    for _ in 0..s.restart_steps {
-        let (points, targets) = draw_targets(&sub_objects, s, rng, dev)?;
-        let loss = fit_loss(decoder, sub.as_tensor(), &points, &targets, s)?.mean_all()?;
+    let (mut losses, mut last) = (Vec::with_capacity(steps), Vec::new());
+    for _ in 0..steps {
+        let (points, targets) = draw_targets(solids, s, rng, dev)?;
+        let per_solid = fit_loss(decoder, sub.as_tensor(), &points, &targets, s)?;
+        let loss = per_solid.mean_all()?;
         losses.push(loss.to_scalar::<f32>()?);
+        last = per_solid.to_vec1::<f32>()?;
         opt.backward_step(&loss)?;
         sub.set(&normalize_rows(sub.as_tensor(), s.latent_rms)?)?;
     }
-    let mut rows: Vec<Tensor> = (0..objects.len())
-        .map(|i| latents.get(i))
-        .collect::<Result<_>>()?;
-    for (k, &i) in bad.iter().enumerate() {
-        rows[i] = sub.as_tensor().get(k)?.detach();
-    }
-    Ok((Tensor::stack(&rows, 0)?, losses))
+    Ok(LatentFit {
+        latents: sub.as_tensor().detach(),
+        losses,
+        last,
+    })
 }
 
 /// Rescales every latent row of `latents (…, rows, d)` to root-mean-square `rms` (then clamps to
@@ -507,8 +542,8 @@ pub fn normalize_rows(latents: &Tensor, rms: f64) -> Result<Tensor> {
 
 /// Points `(objects, points, 3)` uniform in [−1, 1]³ and their targets: sdf `(o, p)`, occupancy
 /// `(o, p)`, sRGB colour `(o, p, 3)`.
-fn draw_targets(
-    objects: &[WorldObject],
+fn draw_targets<S: Solid>(
+    objects: &[S],
     s: &FitSettings,
     rng: &mut Rng,
     dev: &Device,
@@ -531,7 +566,7 @@ fn draw_targets(
             pts.extend(p);
             sdf.push(d.tanh());
             occ.push(1.0 / (1.0 + (-d).exp()));
-            rgb.extend(o.colour(p).map(linear_to_srgb));
+            rgb.extend(o.rgb().map(linear_to_srgb));
         }
     }
     Ok((

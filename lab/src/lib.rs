@@ -9,9 +9,12 @@
 //! * [`report`]: [`EvalTable`](report::EvalTable), per-run verdicts with their attribution, per mode and split;
 //! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding;
 //! * [`fitted`]: a world's fitted latents, by combination;
+//! * [`guidance`]: a world's frozen guidance settings (`shap_e/guidance.json`);
 //! * [`factors`]: the size, yaw and shade factors that structured instance codes weight;
 //! * [`render`]: decoder-like volume renders of analytic objects;
 //! * [`blend`]: objects between two shapes, the scoring CLIP's hard negatives;
+//! * [`distractors`]: uncaptioned shape blends in the prior's unconditional branch;
+//! * [`checkpoint`], [`adamw`]: `train-toy --resume`'s checkpoint and resumable AdamW;
 //! * [`train_clip`], [`train_prior`]: contrastive CLIP and diffusion prior training;
 //! * [`random`]: random-weight model folders in the loaders' layout (tests, benches, training);
 //! * [`accuracy`]: `clipsculpt eval`, accuracy per guidance mode over prompts and seeds;
@@ -23,12 +26,16 @@
 //! the evaluator, captions, renders, training and the `eval` report are crate-internal.
 
 pub mod accuracy;
+pub mod adamw;
 pub mod blend;
 pub mod caption;
+pub mod checkpoint;
+pub mod distractors;
 pub mod eval;
 pub mod factors;
 pub mod fit_decoder;
 pub mod fitted;
+pub mod guidance;
 pub mod probe;
 pub mod records;
 pub mod render;

@@ -39,7 +39,7 @@ struct Args {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Toy-world evaluation: prior-only vs guided shape/colour accuracy, seen vs held-out.
-    Eval(cli::eval::Eval),
+    Eval(Box<cli::eval::Eval>),
     /// Train a toy world (decoder, CLIP, prior) from a seed into a folder.
     TrainToy(cli::train_toy::TrainToy),
     /// Write random-weight Shap-E and CLIP folders at published sizes (GPU timing and memory checks).
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         quiet: args.quiet,
     };
     let result = match args.command {
-        Command::Eval(c) => c.run(&cx),
+        Command::Eval(c) => (*c).run(&cx),
         Command::TrainToy(c) => c.run(&cx),
         Command::RandomModels(c) => c.run(&cx),
     };

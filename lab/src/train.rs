@@ -20,11 +20,15 @@ use candle_nn::VarBuilder;
 use serde_json::json;
 
 use crate::caption::{caption, captions};
+use crate::checkpoint::{Checkpoint, CHECKPOINT_DIR};
+use crate::distractors::{self, DistractorSettings, DISTRACTORS_FILE, DISTRACTORS_JSON};
 use crate::fit_decoder::{fit_decoder, FitSettings};
 use crate::render::DensityModel;
 use crate::split::HELD_OUT_FILE;
 use crate::train_clip::{train_clip, ClipTrainSettings};
-use crate::train_prior::{train_prior, PriorTrainSettings, PriorTraining};
+use crate::train_prior::{
+    train_prior_from, Checkpointing, PriorSnapshot, PriorTrainSettings, PriorTraining,
+};
 use crate::world::{combinations, Colour, Shape, WorldObject, HELD_OUT};
 use clipsculpt::atomic::write_atomic;
 use clipsculpt::clip::tokenizer::SpecialTokens;
@@ -117,6 +121,15 @@ pub struct ToyTrainSettings {
     /// The prior also trains on the held-out combinations' latents, always with the unconditional
     /// embedding: it can make those objects, but none of their captions ever reaches it.
     pub held_out_uncaptioned: bool,
+    /// Uncaptioned shape blends in the prior's unconditional branch (`--prior-distractors`).
+    pub distractors: DistractorSettings,
+    /// Go on from the checkpoint in the output folder, if there is one (`--resume`; the result
+    /// is the same, so it is not recorded).
+    #[serde(skip)]
+    pub resume: bool,
+    /// Prior steps between two checkpoints ([`crate::checkpoint::EVERY`]).
+    #[serde(skip)]
+    pub checkpoint_every: usize,
 }
 
 impl ToyTrainSettings {
@@ -166,6 +179,9 @@ impl ToyTrainSettings {
             prior_text_from_scorer: false,
             held_out_uncaptioned: false,
             prior_layers: None,
+            distractors: DistractorSettings::protocol(0),
+            resume: false,
+            checkpoint_every: crate::checkpoint::EVERY,
         }
     }
 
@@ -188,6 +204,7 @@ impl ToyTrainSettings {
         s.clip.val_views = 2;
         s.clip.samples = 16;
         s.prior.steps = 30;
+        s.distractors.steps = 40;
         s
     }
 
@@ -240,6 +257,9 @@ pub struct TrainLog {
     pub clip_accuracy: Vec<(usize, f32)>,
     /// Prior loss per step.
     pub prior_loss: Vec<f32>,
+    /// How often the prior's batches drew each kind of latent (`None` in logs from before it
+    /// was counted).
+    pub prior_draws: Option<PriorDraws>,
     /// Scoring CLIP loss per step (empty without a separate scorer).
     pub scorer_loss: Vec<f32>,
     /// `(step, accuracy)` of the scoring CLIP on its validation views.
@@ -440,8 +460,8 @@ pub fn train_toy(
         &layouts.clip.text_config,
         layouts.clip.projection_dim,
     )?;
-    let prior = prior_stage(
-        &shap_e_dir,
+    let (prior, prior_draws) = prior_stage(
+        out,
         s,
         fit.latents.as_tensor(),
         &text_model,
@@ -490,6 +510,7 @@ pub fn train_toy(
         clip_loss: conditioning.loss,
         clip_accuracy: conditioning.accuracy,
         prior_loss: prior.losses,
+        prior_draws: Some(prior_draws),
         scorer_loss,
         scorer_accuracy,
         scorer_blend_preference,
@@ -616,55 +637,58 @@ fn world_objects(s: &ToyTrainSettings) -> Vec<WorldObject> {
 
 /// Trains the prior on the latents `(combos · instances, rows, d)` of `s.combos` that are not in
 /// `s.held_out`, conditioned on `text_model`'s embeddings of their captions (and, with
-/// `s.held_out_uncaptioned`, on the held-out ones without captions); writes its weights and
-/// `held_out.txt` into `shap_e_dir`.
+/// `s.held_out_uncaptioned`, on the held-out ones without captions, and on `s.distractors`);
+/// writes its weights and `held_out.txt` into `out/shap_e` (and the distractors beside
+/// `latents.safetensors`). Goes on from, and saves, `out`'s checkpoint.
 fn prior_stage(
-    shap_e_dir: &Path,
+    out: &Path,
     s: &ToyTrainSettings,
     all_latents: &Tensor,
     text_model: &ClipTextModelWithProjection,
     (prior_cfg, scheduler): (&PriorConfig, &SchedulerConfig),
     dev: &Device,
     on_progress: &mut impl FnMut(TrainProgress),
-) -> Result<PriorTraining> {
-    on_progress(TrainProgress::Stage("training the prior", s.prior.steps));
-    let tokenizer = toy_tokenizer()?;
+) -> Result<(PriorTraining, PriorDraws)> {
     let n = all_latents.dim(0)?;
     if n == 0 || n % s.combos.len() != 0 {
         candle_core::bail!("{n} latents for {} combinations", s.combos.len());
     }
-    let per_combo = n / s.combos.len();
-    let mut latents = Vec::new();
-    let mut embeds = Vec::new();
-    for (i, &(sh, c)) in s.combos.iter().enumerate() {
-        let embed = if !s.held_out.contains(&(sh, c)) {
-            let texts = captions(sh, c);
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
-            text_model.forward(&ids)?.1.detach()
-        } else if s.held_out_uncaptioned {
-            // No captions: trained with the unconditional embedding only.
-            Tensor::zeros((0, prior_cfg.clip_embed_dim()), DType::F32, dev)?
-        } else {
-            continue;
-        };
-        for k in 0..per_combo {
-            latents.push(all_latents.get(i * per_combo + k)?.detach());
-            embeds.push(embed.clone());
-        }
+    let ck = Checkpoint::new(out, &command_line(s));
+    if !s.resume {
+        ck.remove()?;
+    } else if !ck.exists() {
+        tracing::info!(
+            "--resume: no checkpoint in {}, starting afresh",
+            out.display()
+        );
     }
-    if latents.is_empty() {
-        candle_core::bail!("every combination is held out: nothing to train the prior on");
-    }
-    let prior = train_prior(
+    let distractors = distractor_stage(out, s, all_latents, &ck, dev, on_progress)?;
+    on_progress(TrainProgress::Stage("training the prior", s.prior.steps));
+    let set = PriorSet::build(
+        s,
+        all_latents,
+        text_model,
+        prior_cfg.clip_embed_dim(),
+        distractors.as_ref(),
+        dev,
+    )?;
+    let mut save = |snap: &PriorSnapshot| ck.save_prior(snap);
+    let checkpointing = Checkpointing {
+        start: if s.resume { ck.prior(dev)? } else { None },
+        every: s.checkpoint_every,
+        save: &mut save,
+    };
+    let prior = train_prior_from(
         prior_cfg,
         scheduler,
-        &Tensor::stack(&latents, 0)?,
-        &embeds,
+        &Tensor::stack(&set.latents, 0)?,
+        &set.embeds,
         &s.prior,
+        checkpointing,
         dev,
         |_, l| on_progress(TrainProgress::Step(l)),
     )?;
+    let shap_e_dir = out.join("shap_e");
     save_tensors(
         &varmap_tensors(&prior.varmap)?,
         &shap_e_dir
@@ -677,7 +701,183 @@ fn prior_stage(
         (held.join("\n") + "\n").as_bytes(),
     )
     .map_err(msg)?;
-    Ok(prior)
+    if let Some((latents, json)) = &distractors {
+        clipsculpt::shap_e::save_latent(&out.join(DISTRACTORS_FILE), latents).map_err(msg)?;
+        write_atomic(&out.join(DISTRACTORS_JSON), json.as_bytes()).map_err(msg)?;
+    }
+    let draws = PriorDraws::count(&prior.draws, &set.group);
+    Ok((prior, draws))
+}
+
+/// The prior's training set: latents, their caption embeddings (none for an uncaptioned one)
+/// and which row of [`PriorDraws`] each belongs to.
+struct PriorSet {
+    latents: Vec<Tensor>,
+    embeds: Vec<Tensor>,
+    group: Vec<DrawGroup>,
+}
+
+impl PriorSet {
+    fn build(
+        s: &ToyTrainSettings,
+        all_latents: &Tensor,
+        text_model: &ClipTextModelWithProjection,
+        embed_dim: usize,
+        distractors: Option<&(Tensor, String)>,
+        dev: &Device,
+    ) -> Result<Self> {
+        let tokenizer = toy_tokenizer()?;
+        let per_combo = all_latents.dim(0)? / s.combos.len();
+        let none = Tensor::zeros((0, embed_dim), DType::F32, dev)?;
+        let mut set = Self {
+            latents: Vec::new(),
+            embeds: Vec::new(),
+            group: Vec::new(),
+        };
+        for (i, &(sh, c)) in s.combos.iter().enumerate() {
+            let (embed, group) = if !s.held_out.contains(&(sh, c)) {
+                let texts = captions(sh, c);
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                let (ids, _) = tokenizer.encode_batch(&refs, dev).map_err(msg)?;
+                (text_model.forward(&ids)?.1.detach(), DrawGroup::Seen)
+            } else if s.held_out_uncaptioned {
+                // No captions: trained with the unconditional embedding only.
+                (none.clone(), DrawGroup::HeldOut)
+            } else {
+                continue;
+            };
+            for k in 0..per_combo {
+                set.push(
+                    all_latents.get(i * per_combo + k)?.detach(),
+                    embed.clone(),
+                    group,
+                );
+            }
+        }
+        if set.latents.is_empty() {
+            candle_core::bail!("every combination is held out: nothing to train the prior on");
+        }
+        if let Some((latents, _)) = distractors {
+            for k in 0..latents.dim(0)? {
+                set.push(
+                    latents.get(k)?.detach(),
+                    none.clone(),
+                    DrawGroup::Distractor,
+                );
+            }
+        }
+        Ok(set)
+    }
+
+    fn push(&mut self, latent: Tensor, embed: Tensor, group: DrawGroup) {
+        self.latents.push(latent);
+        self.embeds.push(embed);
+        self.group.push(group);
+    }
+}
+
+/// What a latent of the prior's training set is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum DrawGroup {
+    Seen,
+    HeldOut,
+    Distractor,
+}
+
+/// How often the prior's batches drew each row of the protocol's §1 table
+/// (`lab/docs/replication-u-protocol.md`), in `train_log.json`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PriorDraws {
+    /// A seen latent with its caption.
+    pub seen_captioned: u64,
+    /// A seen latent with its caption dropped.
+    pub seen_unconditional: u64,
+    /// A held-out latent (always unconditional).
+    pub held_out: u64,
+    /// A distractor (always unconditional).
+    pub distractors: u64,
+}
+
+impl PriorDraws {
+    fn count(draws: &[[u64; 2]], group: &[DrawGroup]) -> Self {
+        let mut out = Self::default();
+        for (d, g) in draws.iter().zip(group) {
+            match g {
+                DrawGroup::Seen => {
+                    out.seen_captioned += d[0];
+                    out.seen_unconditional += d[1];
+                }
+                DrawGroup::HeldOut => out.held_out += d[0] + d[1],
+                DrawGroup::Distractor => out.distractors += d[0] + d[1],
+            }
+        }
+        out
+    }
+}
+
+/// With `s.distractors.count` > 0: the distractors' latents and description, from `ck` or
+/// drawn, checked and fitted against the decoder in `out` (then saved to `ck`).
+fn distractor_stage(
+    out: &Path,
+    s: &ToyTrainSettings,
+    all_latents: &Tensor,
+    ck: &Checkpoint,
+    dev: &Device,
+    on_progress: &mut impl FnMut(TrainProgress),
+) -> Result<Option<(Tensor, String)>> {
+    let ds = &s.distractors;
+    if ds.count == 0 {
+        return Ok(None);
+    }
+    if s.resume {
+        if let Some(kept) = ck.distractors(dev)? {
+            return Ok(Some(kept));
+        }
+    }
+    on_progress(TrainProgress::Stage("fitting the distractors", ds.steps));
+    let decoder = frozen_decoder(out, dev)?;
+    let mut rng = clipsculpt::autodiff::rng::Rng::new(s.prior.seed ^ 0xd157);
+    let kinds = distractors::types(&s.combos, &s.held_out);
+    let grid = ds.check_grid;
+    let blends = distractors::draw(&kinds, &s.held_out, ds, &mut rng, |b| {
+        distractors::judge(b, grid)
+    })?;
+    let only: Vec<_> = blends.iter().map(|(b, _)| *b).collect();
+    let per_combo = all_latents.dim(0)? / s.combos.len();
+    let latent_of = |sh, c| -> Result<Tensor> {
+        let i = s
+            .combos
+            .iter()
+            .position(|&x| x == (sh, c))
+            .ok_or_else(|| msg("no latent"))?;
+        all_latents.get(i * per_combo)
+    };
+    let fs = distractors::fit_settings(&s.decoder);
+    let starts = distractors::starts(&only, latent_of, fs.latent_rms)?;
+    let (latents, loss, refits) =
+        distractors::fit(&decoder, &only, &starts, ds, &fs, &mut rng, dev)?;
+    // Kept as text: a float read back from JSON need not be the bit pattern written.
+    let json = serde_json::to_string_pretty(&distractors::describe(&blends, &loss, &refits))
+        .map_err(msg)?;
+    ck.save_distractors(&latents, &json)?;
+    Ok(Some((latents, json)))
+}
+
+/// The decoder of the world in `out`, frozen (plain tensors).
+fn frozen_decoder(out: &Path, dev: &Device) -> Result<clipsculpt::shap_e::Decoder> {
+    let dir = out.join("shap_e").join("shap_e_renderer");
+    let need = |e: &dyn std::fmt::Display| {
+        msg(format!(
+            "--prior-distractors fits against the world's decoder in {}: {e}",
+            dir.display()
+        ))
+    };
+    let text = std::fs::read_to_string(dir.join("config.json")).map_err(|e| need(&e))?;
+    let cfg: RendererConfig = serde_json::from_str(&text).map_err(|e| need(&e))?;
+    let weights =
+        candle_core::safetensors::load(dir.join("diffusion_pytorch_model.safetensors"), dev)
+            .map_err(|e| need(&e))?;
+    clipsculpt::shap_e::Decoder::new(VarBuilder::from_tensors(weights, DType::F32, dev), &cfg)
 }
 
 /// Trains only the prior (for `s.held_out`) into the world in `out`, keeping its decoder,
@@ -728,8 +928,8 @@ fn train_prior_only(
     )?;
     let latents = clipsculpt::shap_e::load_latent(&out.join(LATENTS_FILE), dev).map_err(msg)?;
     let t = Instant::now();
-    let prior = prior_stage(
-        &shap_e_dir,
+    let (prior, prior_draws) = prior_stage(
+        out,
         s,
         &latents,
         &text_model,
@@ -739,6 +939,7 @@ fn train_prior_only(
     )?;
     let mut log = kept_log(out, s);
     log.prior_loss = prior.losses;
+    log.prior_draws = Some(prior_draws);
     log.seconds[2] = t.elapsed().as_secs_f64();
     finish_kept(out, s, &log)?;
     Ok(log)
@@ -802,6 +1003,7 @@ fn kept_log(out: &Path, s: &ToyTrainSettings) -> TrainLog {
         clip_loss: field(&earlier, "clip_loss"),
         clip_accuracy: field(&earlier, "clip_accuracy"),
         prior_loss: field(&earlier, "prior_loss"),
+        prior_draws: field(&earlier, "prior_draws"),
         scorer_loss: field(&earlier, "scorer_loss"),
         scorer_accuracy: field(&earlier, "scorer_accuracy"),
         scorer_blend_preference: field(&earlier, "scorer_blend_preference"),
@@ -881,12 +1083,22 @@ fn command_line(s: &ToyTrainSettings) -> String {
     if s.prior.steps != defaults.prior.steps && !quick {
         c.push_str(&format!(" --prior-train-steps {}", s.prior.steps));
     }
+    if s.prior.uncaptioned_weight != 1.0 {
+        c.push_str(&format!(
+            " --prior-uncaptioned-weight {}",
+            s.prior.uncaptioned_weight
+        ));
+    }
+    if s.distractors.count > 0 {
+        c.push_str(&format!(" --prior-distractors {}", s.distractors.count));
+    }
     c
 }
 
 /// Writes the training log and the manifest (settings, final figures, checksums). `earlier`: the
 /// command that produced the stages this run kept.
 fn finish(out: &Path, s: &ToyTrainSettings, log: &TrainLog, earlier: Option<&str>) -> Result<()> {
+    Checkpoint::new(out, &command_line(s)).remove()?;
     write_json(
         &out.join(LOG_FILE),
         &serde_json::to_value(log).map_err(msg)?,
@@ -915,8 +1127,8 @@ fn finish(out: &Path, s: &ToyTrainSettings, log: &TrainLog, earlier: Option<&str
     write_json(&out.join("MANIFEST.json"), &manifest)
 }
 
-/// FNV-1a 64-bit checksums of every file under `root` except the manifest and the training log
-/// (it holds timings), by relative path.
+/// FNV-1a 64-bit checksums of every file under `root` except the manifest, the training log
+/// (it holds timings) and a checkpoint, by relative path.
 pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, String>> {
     let mut out = std::collections::BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
@@ -924,7 +1136,9 @@ pub fn checksums(root: &Path) -> Result<std::collections::BTreeMap<String, Strin
         for entry in std::fs::read_dir(&dir).map_err(msg)? {
             let path = entry.map_err(msg)?.path();
             if path.is_dir() {
-                stack.push(path);
+                if !path.ends_with(CHECKPOINT_DIR) {
+                    stack.push(path);
+                }
             } else if path
                 .file_name()
                 .is_some_and(|n| n != "MANIFEST.json" && n != LOG_FILE)
@@ -982,6 +1196,106 @@ mod tests {
         assert!(command_line(&s).starts_with(
             "clipsculpt train-toy --seed 0 --only-prior --prior-uncaptioned-held-out --"
         ));
+        assert!(!command_line(&s).contains("--prior-uncaptioned-weight"));
+        (s.prior.uncaptioned_weight, s.distractors.count) = (0.1, 240);
+        s.resume = true;
+        assert!(
+            command_line(&s).ends_with(" --prior-uncaptioned-weight 0.1 --prior-distractors 240")
+        );
+    }
+
+    /// A copy of the folder `from` at `to`.
+    fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+        std::fs::create_dir_all(to).map_err(msg)?;
+        for entry in std::fs::read_dir(from).map_err(msg)? {
+            let path = entry.map_err(msg)?.path();
+            let dest = to.join(path.file_name().ok_or_else(|| msg("no name"))?);
+            if path.is_dir() {
+                copy_dir(&path, &dest)?;
+            } else {
+                std::fs::copy(&path, &dest).map_err(msg)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `--only-prior` with distractors, uncaptioned weight 0.5 and the held-out objects
+    /// uncaptioned, on a quick world of 2 instances: a run stopped at prior step 50 (after the
+    /// checkpoint of step 40) and resumed ends with the uninterrupted run's files byte for byte,
+    /// taking only the 20 steps left and no distractor fit; the checkpoint is gone and the
+    /// manifest matches; `prior_draws` counts 60 × 30 draws in the §1 shares (S = 6 seen
+    /// latents, H = 2, D = 4, w = 0.5, p = 0.1: 60 %, 6.7 %, 11.1 %, 22.2 %) within 4 standard
+    /// errors; the 4 distractors are listed, none collapsed.
+    #[test]
+    fn distractors_weighted_draws_and_resume_match_the_uninterrupted_run() -> Result<()> {
+        let root = tempfile::tempdir().map_err(msg)?;
+        let (base, a, b) = (
+            root.path().join("base"),
+            root.path().join("a"),
+            root.path().join("b"),
+        );
+        let world = ToyTrainSettings::quick(0).with_instances(2);
+        train_toy(&base, &world, &Device::Cpu, |_| {})?;
+        let mut s = world.clone();
+        (s.only_prior, s.held_out_uncaptioned) = (true, true);
+        (s.prior.uncaptioned_weight, s.distractors.count) = (0.5, 4);
+        (s.prior.steps, s.checkpoint_every) = (60, 20);
+        copy_dir(&base, &a)?;
+        copy_dir(&base, &b)?;
+        let whole = train_toy(&a, &s, &Device::Cpu, |_| {})?;
+        let mut steps = 0;
+        let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            train_toy(&b, &s, &Device::Cpu, |p| {
+                if matches!(p, TrainProgress::Stage("training the prior", _)) {
+                    steps = 0;
+                }
+                if matches!(p, TrainProgress::Step(_)) {
+                    steps += 1;
+                    assert!(steps < 50, "stopped at prior step 50");
+                }
+            })
+        }));
+        assert!(stopped.is_err() && b.join(CHECKPOINT_DIR).is_dir());
+        s.resume = true;
+        let (mut stages, mut steps) = (Vec::new(), 0);
+        let resumed = train_toy(&b, &s, &Device::Cpu, |p| match p {
+            TrainProgress::Stage(name, _) => stages.push(name),
+            TrainProgress::Step(_) => steps += 1,
+        })?;
+        assert_eq!((stages, steps), (vec!["training the prior"], 20));
+        assert_eq!(checksums(&a)?, checksums(&b)?);
+        assert_eq!(whole.prior_loss, resumed.prior_loss);
+        assert_eq!(whole.prior_draws, resumed.prior_draws);
+        assert!(!b.join(CHECKPOINT_DIR).exists());
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(b.join("MANIFEST.json")).map_err(msg)?)
+                .map_err(msg)?;
+        let listed: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(manifest["files"].clone()).map_err(msg)?;
+        assert_eq!(listed, checksums(&b)?);
+        assert!(listed.contains_key(DISTRACTORS_FILE) && listed.contains_key(DISTRACTORS_JSON));
+        let command = manifest["command"].as_str().unwrap_or_default();
+        assert!(command.ends_with(" --prior-uncaptioned-weight 0.5 --prior-distractors 4"));
+        let d = whole.prior_draws.ok_or_else(|| msg("no prior_draws"))?;
+        let total = (d.seen_captioned + d.seen_unconditional + d.held_out + d.distractors) as f64;
+        assert_eq!(total, 1800.0);
+        for (got, p) in [
+            (d.seen_captioned, 0.6),
+            (d.seen_unconditional, 0.6 / 9.0),
+            (d.held_out, 1.0 / 9.0),
+            (d.distractors, 2.0 / 9.0),
+        ] {
+            let se = (p * (1.0 - p) / total).sqrt();
+            assert!((got as f64 / total - p).abs() < 4.0 * se, "{d:?}");
+        }
+        let listed: Vec<serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(a.join(DISTRACTORS_JSON)).map_err(msg)?)
+                .map_err(msg)?;
+        assert_eq!(listed.len(), 4);
+        assert!(listed
+            .iter()
+            .all(|x| x["refits"] == 0 && x["kind"] == "shape blend"));
+        Ok(())
     }
 
     /// The manifest's command line reproduces the scorer's hard negatives and steps (and omits

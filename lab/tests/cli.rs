@@ -31,6 +31,29 @@ fn train_toy_refuses_bad_flags_without_leaving_a_folder() {
             "0.5",
             "--prior-uncaptioned-held-out",
         ],
+        &[
+            "train-toy",
+            "--out",
+            out_arg,
+            "--prior-uncaptioned-weight",
+            "0",
+        ],
+        &[
+            "train-toy",
+            "--out",
+            out_arg,
+            "--prior-uncaptioned-weight",
+            "0.5",
+            "--prior-uncaptioned-held-out",
+        ],
+        &[
+            "train-toy",
+            "--out",
+            out_arg,
+            "--only-prior",
+            "--prior-distractors",
+            "4",
+        ],
     ] {
         let o = clipsculpt(args, &[]);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -109,4 +132,80 @@ fn eval_prints_one_table_of_modes() {
             && err.contains("evaluating 6/6: a red capsule (seed 0)"),
         "{err}"
     );
+}
+
+/// A copy of `from` at `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let dest = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &dest);
+        } else {
+            std::fs::copy(&path, &dest).unwrap();
+        }
+    }
+}
+
+/// Issue 53's protocol §4: a world's `shap_e/guidance.json` gives `eval` the settings of the
+/// explicit flags, so `--resume` on the guidance.json route accepts the records of the explicit
+/// run (taking its run instead of running it again); with a flag that differs it refuses them.
+#[test]
+fn eval_resumes_explicit_records_through_guidance_json() {
+    let lab = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = tempfile::tempdir().unwrap();
+    let world = d.path().join("w");
+    copy_dir(&lab.join("worlds/toy-deep/shap_e"), &world.join("shap_e"));
+    copy_dir(&lab.join("worlds/toy-sharp/clip"), &world.join("clip"));
+    std::fs::write(
+        world.join("shap_e/guidance.json"),
+        r#"{"sampling_scale": 0.5, "e2e_lr": 0.1, "keep_margin": 0.05, "sampler_export": "guarded", "clip": "../clip"}"#,
+    )
+    .unwrap();
+    let prompts = d.path().join("p.txt");
+    std::fs::write(&prompts, "a red sphere\n").unwrap();
+    let records = d.path().join("records.json");
+    let (model, clip) = (world.join("shap_e"), world.join("clip"));
+    let base = [
+        "eval",
+        prompts.to_str().unwrap(),
+        "--seeds",
+        "1",
+        "--prior-steps",
+        "2",
+        "--grid",
+        "16",
+        "--modes",
+        "prior",
+        "--records",
+        records.to_str().unwrap(),
+        "--resume",
+        "--model",
+        model.to_str().unwrap(),
+    ];
+    let explicit = [
+        "--clip",
+        clip.to_str().unwrap(),
+        "--sampling-scale",
+        "0.5",
+        "--e2e-lr",
+        "0.1",
+        "--keep-margin",
+        "0.05",
+        "--sampler-export",
+        "guarded",
+    ];
+    let o = clipsculpt(&[&base[..], &explicit[..]].concat(), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = clipsculpt(&base, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("resuming a finished evaluation: 1 runs taken"),
+        "{}",
+        stderr(&o)
+    );
+    let o = clipsculpt(&[&base[..], &["--keep-margin", "0.1"][..]].concat(), &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("other settings"), "{}", stderr(&o));
 }

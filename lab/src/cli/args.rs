@@ -15,6 +15,7 @@ use clipsculpt::guide::{
 use clipsculpt::mesh::Format;
 use clipsculpt::models::ModelSpec;
 use clipsculpt::pipeline::{ModelChoice, RunSettings};
+use clipsculpt_lab::guidance::{WorldGuidance, GUIDANCE_FILE};
 
 /// Which models to use.
 #[derive(Debug, Clone, ClapArgs)]
@@ -22,9 +23,10 @@ pub(crate) struct ModelArgs {
     /// Shap-E pipeline: `toy` (embedded), a hub id such as `openai/shap-e[@revision]`, or a folder.
     #[arg(long, default_value = "toy")]
     pub(crate) model: ModelSpec,
-    /// Scoring CLIP: `toy`, a hub id such as openai/clip-vit-base-patch16, or a folder.
-    #[arg(long, default_value = "toy")]
-    pub(crate) clip: ModelSpec,
+    /// Scoring CLIP: `toy`, a hub id such as openai/clip-vit-base-patch16, or a folder
+    /// [default: the --model folder's guidance.json `clip`, else toy]
+    #[arg(long)]
+    pub(crate) clip: Option<ModelSpec>,
     /// A second, held-out CLIP that only scores the result (e.g. openai/clip-vit-base-patch32).
     #[arg(long)]
     pub(crate) eval_clip: Option<ModelSpec>,
@@ -40,7 +42,7 @@ impl ModelArgs {
     pub(crate) fn choice(&self) -> ModelChoice {
         ModelChoice {
             model: self.model.clone(),
-            clip: self.clip.clone(),
+            clip: self.clip.clone().unwrap_or(ModelSpec::Toy),
             eval_clip: self.eval_clip.clone(),
             negatives: self.negatives.clone(),
         }
@@ -73,9 +75,10 @@ pub(crate) struct GenerateArgs {
     #[arg(long, default_value_t = GuideMode::Sampling)]
     pub(crate) guide: GuideMode,
     /// Strength of guided sampling: each guided sampler step moves the state by this share of
-    /// the step's own displacement, against the CLIP loss's gradient.
-    #[arg(long, default_value_t = SamplingGuidance::default().scale)]
-    pub(crate) sampling_scale: f64,
+    /// the step's own displacement, against the CLIP loss's gradient [default: the --model
+    /// folder's guidance.json, else 1]
+    #[arg(long)]
+    pub(crate) sampling_scale: Option<f64>,
     /// Guided sampling acts on the sampler steps whose noise level σ is within MAX:MIN.
     #[arg(long, default_value = "20:0.2", value_parser = parse_sigma_window)]
     pub(crate) sampling_sigmas: (f32, f32),
@@ -100,9 +103,10 @@ pub(crate) struct GenerateArgs {
     #[arg(long, default_value_t = EndToEndGuidance::default().iterations)]
     pub(crate) e2e_iterations: usize,
     /// End-to-end guidance: each iteration moves the optimized tensor by this share of its scale
-    /// (σ of the state, or the conditioning's RMS).
-    #[arg(long, default_value_t = EndToEndGuidance::default().lr)]
-    pub(crate) e2e_lr: f64,
+    /// (σ of the state, or the conditioning's RMS) [default: the --model folder's
+    /// guidance.json, else 0.25]
+    #[arg(long)]
+    pub(crate) e2e_lr: Option<f64>,
     /// End-to-end guidance optimizes the sampler state (state) or the text conditioning of the
     /// last steps (conditioning).
     #[arg(long, default_value_t = EndToEndGuidance::default().target)]
@@ -165,14 +169,16 @@ pub(crate) struct GenerateArgs {
     #[arg(long, default_value_t = GuideSettings::default().eval_every)]
     pub(crate) eval_every: usize,
     /// Held-aside score the optimized latent (latent stage) or the guided sample (guided sampling,
-    /// end to end) must gain over its start to be exported instead of it.
-    #[arg(long, default_value_t = GuideSettings::default().keep_margin)]
-    pub(crate) keep_margin: f32,
+    /// end to end) must gain over its start to be exported instead of it [default: the --model
+    /// folder's guidance.json, else 0]
+    #[arg(long)]
+    pub(crate) keep_margin: Option<f32>,
     /// What guided sampling and end to end export: guarded (the guided sample only when it beats
     /// the unguided sample from the same noise on the held-aside views by --keep-margin; costs one
-    /// unguided sample and two scorings) or guided (always the guided sample).
-    #[arg(long, default_value_t = GuideSettings::default().sampler_export)]
-    pub(crate) sampler_export: SamplerExport,
+    /// unguided sample and two scorings) or guided (always the guided sample) [default: the
+    /// --model folder's guidance.json, else guarded]
+    #[arg(long)]
+    pub(crate) sampler_export: Option<SamplerExport>,
     /// Side in pixels of each of the 20 views in the before/after preview sheets.
     #[arg(long, default_value_t = 48)]
     pub(crate) preview_size: usize,
@@ -191,7 +197,9 @@ impl GenerateArgs {
             (None, None) => Policy::BLOCKS,
         };
         let sampling = SamplingGuidance {
-            scale: a.sampling_scale,
+            scale: a
+                .sampling_scale
+                .unwrap_or(SamplingGuidance::default().scale),
             sigma_max: a.sampling_sigmas.0,
             sigma_min: a.sampling_sigmas.1,
             prior_policy,
@@ -217,8 +225,10 @@ impl GenerateArgs {
             explore: a.explore,
             explore_refine: a.explore_refine,
             explore_prior_steps: a.explore_prior_steps,
-            keep_margin: a.keep_margin,
-            sampler_export: a.sampler_export,
+            keep_margin: a
+                .keep_margin
+                .unwrap_or(GuideSettings::default().keep_margin),
+            sampler_export: a.sampler_export.unwrap_or_default(),
             ..GuideSettings::default()
         };
         let run = RunSettings {
@@ -232,7 +242,7 @@ impl GenerateArgs {
             end_to_end: EndToEndGuidance {
                 steps: a.e2e_steps,
                 iterations: a.e2e_iterations,
-                lr: a.e2e_lr,
+                lr: a.e2e_lr.unwrap_or(EndToEndGuidance::default().lr),
                 target: a.e2e_target,
                 step_policy: a.e2e_checkpoint,
                 ..EndToEndGuidance::default()
@@ -244,6 +254,35 @@ impl GenerateArgs {
         };
         run.validate()?;
         Ok(run)
+    }
+
+    /// Fills the flags not given from the `--model` folder's `guidance.json`, if it has one
+    /// ([`WorldGuidance`]); explicit flags win.
+    pub(crate) fn with_world_guidance(mut self) -> anyhow::Result<Self> {
+        let ModelSpec::Dir(shap_e) = &self.models.model else {
+            return Ok(self);
+        };
+        let Some(g) = WorldGuidance::read(shap_e).map_err(anyhow::Error::msg)? else {
+            return Ok(self);
+        };
+        self.sampling_scale = self.sampling_scale.or(g.sampling_scale);
+        self.e2e_lr = self.e2e_lr.or(g.e2e_lr);
+        self.keep_margin = self.keep_margin.or(g.keep_margin);
+        if self.sampler_export.is_none() {
+            self.sampler_export = match &g.sampler_export {
+                Some(e) => Some(e.parse().map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: sampler_export: {e}",
+                        shap_e.join(GUIDANCE_FILE).display()
+                    )
+                })?),
+                None => None,
+            };
+        }
+        if self.models.clip.is_none() {
+            self.models.clip = g.clip_dir(shap_e).map(ModelSpec::Dir);
+        }
+        Ok(self)
     }
 
     /// Rays per decoder chunk and the CLIP policy, from `--checkpoint` and `--memory-budget`.
@@ -283,4 +322,61 @@ fn parse_sigma_window(s: &str) -> Result<(f32, f32), String> {
         return Err(bad());
     }
     Ok((hi, lo))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        generate: GenerateArgs,
+    }
+
+    /// The run settings `eval` derives from `args` (after the program name).
+    fn run_json(args: &[&str]) -> anyhow::Result<serde_json::Value> {
+        let flags = Flags::try_parse_from(std::iter::once("eval").chain(args.iter().copied()))?;
+        let run = flags.generate.with_world_guidance()?.run_settings()?;
+        Ok(serde_json::to_value(run)?)
+    }
+
+    /// A world's `shap_e/guidance.json` gives `eval` the same run settings (models included) as
+    /// the protocol's explicit flags; an explicit flag overrides it; without the file the
+    /// defaults differ.
+    #[test]
+    fn guidance_json_gives_the_explicit_flags_settings() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (shap_e, clip) = (dir.path().join("shap_e"), dir.path().join("clip"));
+        std::fs::create_dir_all(&shap_e)?;
+        std::fs::create_dir_all(&clip)?;
+        std::fs::write(
+            shap_e.join(GUIDANCE_FILE),
+            r#"{"sampling_scale":0.5,"e2e_lr":0.1,"keep_margin":0.05,"sampler_export":"guarded","clip":"../clip"}"#,
+        )?;
+        let (model, clip) = (shap_e.to_string_lossy(), clip.to_string_lossy());
+        let explicit = run_json(&[
+            "--model",
+            &model,
+            "--clip",
+            &clip,
+            "--sampling-scale",
+            "0.5",
+            "--e2e-lr",
+            "0.1",
+            "--keep-margin",
+            "0.05",
+            "--sampler-export",
+            "guarded",
+        ])?;
+        let via_file = run_json(&["--model", &model])?;
+        assert_eq!(explicit, via_file);
+        let scaled = run_json(&["--model", &model, "--sampling-scale", "2"])?;
+        assert_eq!(scaled["sampling"]["scale"], 2.0);
+        assert_eq!(scaled["end_to_end"]["lr"], via_file["end_to_end"]["lr"]);
+        std::fs::remove_file(shap_e.join(GUIDANCE_FILE))?;
+        assert_ne!(run_json(&["--model", &model])?, explicit);
+        Ok(())
+    }
 }

@@ -60,7 +60,11 @@ impl Eval {
         }
         let prompts: Vec<String> = parsed.items.into_iter().map(|i| i.prompt).collect();
         let device = cx.open_device()?;
-        let run = self.settings.run_settings()?;
+        let run = self
+            .settings
+            .clone()
+            .with_world_guidance()?
+            .run_settings()?;
         let models = cx.load_models(&run.models, &device)?;
         let seeds: Vec<u64> = (0..self.seeds).map(|k| self.settings.seed + k).collect();
         let bar = progress((prompts.len() * seeds.len()) as u64, cx.quiet);

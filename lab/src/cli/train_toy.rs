@@ -103,6 +103,21 @@ pub(crate) struct TrainToy {
     /// The prior's AdamW weight decay (default: 0, or 0.1 with --instances above 1).
     #[arg(long)]
     prior_weight_decay: Option<f64>,
+    /// Draw weight of every latent without captions (held out under
+    /// --prior-uncaptioned-held-out, and distractors) against 1 for a captioned one, in (0, 1];
+    /// needs random batches (--instances above 1). At 1 the draws are exactly those of before.
+    #[arg(long, default_value_t = 1.0)]
+    prior_uncaptioned_weight: f32,
+    /// Add this many uncaptioned shape blends of two seen shapes in one colour to the prior's
+    /// unconditional branch, each checked by the evaluator and fitted against the world's
+    /// frozen decoder (distractors.safetensors, distractors.json).
+    #[arg(long, default_value_t = 0, conflicts_with = "only_scorer")]
+    prior_distractors: usize,
+    /// Go on from the checkpoint the same command left in --out/.checkpoint (written after the
+    /// distractor fit and every 250 prior steps); without one, start afresh (and say so).
+    /// Without --resume an existing checkpoint is discarded.
+    #[arg(long)]
+    resume: bool,
 }
 
 impl TrainToy {
@@ -175,6 +190,7 @@ impl TrainToy {
             anyhow::ensure!(n > 0, "--prior-train-steps must be positive");
             settings.prior.steps = n;
         }
+        self.apply_uncaptioned(&mut settings)?;
         if let Some(h) = &self.held_out {
             settings.held_out = parse_split(h).map_err(|e| anyhow::anyhow!("--held-out: {e}"))?;
         }
@@ -200,6 +216,46 @@ impl TrainToy {
             self.print_summary(&log);
         }
         Ok(ExitCode::from(EXIT_OK))
+    }
+
+    /// `--prior-uncaptioned-weight`, `--prior-distractors` and `--resume`, checked.
+    fn apply_uncaptioned(&self, settings: &mut ToyTrainSettings) -> anyhow::Result<()> {
+        let w = self.prior_uncaptioned_weight;
+        anyhow::ensure!(
+            w > 0.0 && w <= 1.0,
+            "--prior-uncaptioned-weight must be within (0, 1], not {w}"
+        );
+        let uncaptioned = self.prior_uncaptioned_held_out || self.prior_distractors > 0;
+        if w != 1.0 {
+            anyhow::ensure!(
+                self.instances > 1,
+                "--prior-uncaptioned-weight needs random batches: --instances above 1"
+            );
+            anyhow::ensure!(
+                uncaptioned,
+                "--prior-uncaptioned-weight weighs latents without captions: add --prior-uncaptioned-held-out or --prior-distractors"
+            );
+        }
+        anyhow::ensure!(
+            self.prior_distractors <= 10_000,
+            "--prior-distractors must be at most 10000"
+        );
+        anyhow::ensure!(
+            !(self.prior_distractors > 0 && self.prior_mixup > 0.0),
+            "--prior-mixup needs a caption for every latent: drop it or --prior-distractors"
+        );
+        let decoder = self
+            .out
+            .join("shap_e/shap_e_renderer/diffusion_pytorch_model.safetensors");
+        anyhow::ensure!(
+            !(self.prior_distractors > 0 && self.only_prior && !decoder.is_file()),
+            "--prior-distractors fits against the world's decoder, but {} does not exist",
+            decoder.display()
+        );
+        settings.prior.uncaptioned_weight = w;
+        settings.distractors.count = self.prior_distractors;
+        settings.resume = self.resume;
+        Ok(())
     }
 
     fn print_summary(&self, log: &TrainLog) {
