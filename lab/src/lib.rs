@@ -1,4 +1,4 @@
-//! The embedded toy world (`docs/toy-world.md`): a procedural world of
+//! The lab (`clipsculpt-lab`): the toy worlds (`lab/docs/toy-world.md`), a procedural world of
 //! analytic shapes × colours with captions, the toy CLIP's tokenizer, and an evaluator that judges exported meshes
 //! against the analytic ground truth, without CLIP.
 //!
@@ -6,7 +6,7 @@
 //! * [`mod@caption`]: "a red cube" and paraphrases, [`parse_caption`];
 //! * [`tokenizer`]: [`toy_tokenizer_json`], a CLIP-style BPE `tokenizer.json` covering every caption word;
 //! * [`eval`]: [`classify`] a mesh by volumetric IoU against each shape and by mean colour;
-//! * [`report`]: [`EvalTable`](report::EvalTable), per-run verdicts with their attribution, per mode and split;
+//! * [`report`]: [`report::EvalTable`], per-run verdicts with their attribution, per mode and split;
 //! * [`fit_decoder`]: the toy decoder and one latent per object, fitted by auto-decoding;
 //! * [`fitted`]: a world's fitted latents, by combination;
 //! * [`guidance`]: a world's frozen guidance settings (`shap_e/guidance.json`);
@@ -16,13 +16,13 @@
 //! * [`distractors`]: uncaptioned shape blends in the prior's unconditional branch;
 //! * [`checkpoint`], [`adamw`]: `train-toy --resume`'s checkpoint and resumable AdamW;
 //! * [`train_clip`], [`train_prior`]: contrastive CLIP and diffusion prior training;
-//! * [`random`]: random-weight model folders in the loaders' layout (tests, benches, training);
-//! * [`accuracy`]: `clipsculpt eval`, accuracy per guidance mode over prompts and seeds;
-//! * [`train`]: `train-toy`, all three stages from one seed into `assets/toy`;
+//! * [`accuracy`]: `clipsculpt-lab eval`, accuracy per guidance mode over prompts and seeds, each run through
+//!   the library's `pipeline::run`;
+//! * [`train`]: `train-toy`, all three stages from one seed into a world folder;
 //! * [`probe`]: the research probes behind `cargo bench --bench diagnose` / `guide_probe`.
 //!
 //! Public, for the integration tests and the benches: the world's objects ([`Shape`],
-//! [`Colour`], [`WorldObject`]), random-weight models ([`random`]) and the probes ([`probe`]);
+//! [`Colour`], [`WorldObject`]), random-weight models (the library's `clipsculpt::random`) and the probes ([`probe`]);
 //! the evaluator, captions, renders, training and the `eval` report are crate-internal.
 
 pub mod accuracy;

@@ -3,16 +3,17 @@
 //! The pipeline has four stages (see `docs/architecture.md`, "Stages"): text conditioning, prior
 //! sampling, CLIP-guided latent optimization under gradient checkpointing, and mesh
 //! extraction/export.
-//! This crate is the library; `src/main.rs` and [`cli`] are the application around it.
+//! This crate is the library. The application (the `clipsculpt` binary, `crates/clipsculpt-cli`) and the lab
+//! (`clipsculpt-lab`: toy-world training, evaluation, probes) use it through its public API only.
 //!
-//! The public API is the pipeline ([`pipeline::generate()`], [`pipeline::Models::load`]), its settings
-//! ([`pipeline::RunSettings`], [`guide::GuideSettings`], [`autodiff::checkpoint::Policy`],
-//! [`device::Precision`]), mesh export ([`mesh::export_field`], [`mesh::marching_cubes()`]), Blender
-//! previews ([`blender::preview`]) and the report types ([`pipeline::Report`] and its parts).
-//! Besides that facade, what the fuzz targets drive (prompt files, run summaries, the tokenizer,
-//! weight files) and the building blocks the benches time (checkpoint engine, renderer, Shap-E
-//! prior and decoder, CLIP vision tower, memory meters, `toy::random`, `toy::probe`) are public.
-//! Everything else is `pub(crate)` (`docs/architecture.md`, "Public API").
+//! The facade is the pipeline: [`pipeline::RunSettings`] (whose `Default` is what `clipsculpt generate PROMPT`
+//! runs), [`pipeline::Models::load_choice`], [`pipeline::RunContext`], [`pipeline::generate()`] (or
+//! [`pipeline::run()`] for the latents without files) with a [`pipeline::Observer`] as its stage hook, and the
+//! report types ([`pipeline::Report`] and its parts); `examples/api.rs` uses exactly that. Around it: model specs
+//! and the embedded toy world ([`models`]), mesh export ([`mesh::export_field`], [`mesh::marching_cubes()`]),
+//! Blender previews ([`blender::preview`]), prompt files and batches ([`batch`]), atomic outputs ([`atomic`]).
+//! The building blocks the lab and the benches drive (checkpoint engine, renderer, Shap-E prior and decoder, CLIP,
+//! guidance, memory meters, [`random`] weights) are public too; the CPU kernels are crate-internal.
 
 pub mod atomic;
 pub mod autodiff;
