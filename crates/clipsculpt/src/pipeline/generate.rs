@@ -9,9 +9,10 @@ use candle_core::{DType, Device, Tensor};
 use super::candidates::Chosen;
 use super::mesh::LatentField;
 use super::models::{Guided, Models};
+use super::observer::{Observer, Progress};
 use super::report::{ExportMemory, Report, ReportSettings};
 use super::settings::RunSettings;
-use super::stages::{stage, StageRecord, StageRecorder};
+use super::stages::{stage, StageRecorder};
 use super::stream;
 use crate::atomic::write_atomic;
 use crate::autodiff::rng::Rng;
@@ -19,31 +20,6 @@ use crate::guide::{self, GuideMode, SamplingTrace, Score, Target};
 use crate::mesh::{self, ExportError, ExportReport};
 use crate::render::{contact_sheet, preview_settings};
 use crate::shap_e::{save_latent, Decoder};
-
-/// Progress of a run, for bars and logs.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Progress {
-    /// A stage begins: its name and its number of steps (0 when it has none to count).
-    Stage(&'static str, usize),
-    /// An optimization step ended with this mean CLIP cosine.
-    Step(usize, f32),
-}
-
-/// Watches a run without orchestrating it: its progress, and each stage as it ends. A closure
-/// `FnMut(Progress)` is an observer of progress only.
-pub trait Observer {
-    /// Progress, for bars and logs.
-    fn progress(&mut self, _progress: Progress) {}
-    /// Stage `name` ([`stage`](super::stage)) ended a run of it; `record` is its totals so far
-    /// (a stage can run more than once, e.g. scoring before and after guidance).
-    fn stage(&mut self, _name: &'static str, _record: &StageRecord) {}
-}
-
-impl<F: FnMut(Progress)> Observer for F {
-    fn progress(&mut self, progress: Progress) {
-        self(progress)
-    }
-}
 
 /// What every stage of one run shares: the loaded models, the settings and the device.
 #[derive(Clone, Copy)]
@@ -91,24 +67,26 @@ pub fn run<'a>(
     let mut stages = StageRecorder::new(device);
     stages.record(stage::LOADING, models.load_seconds, models.load_peak_bytes);
     observer.stage(stage::LOADING, &stages.get(stage::LOADING));
-    let judge = stages.observed(stage::SCORING, observer, |_| Judge::new(ctx, prompt))?;
+    let judge = observed(&mut stages, stage::SCORING, observer, |_| {
+        Judge::new(ctx, prompt)
+    })?;
     let chosen = match s.candidates {
         0 | 1 => None,
-        n => Some(stages.observed(stage::SAMPLING, observer, |o| {
+        n => Some(observed(&mut stages, stage::SAMPLING, observer, |o| {
             o.progress(Progress::Stage("sampling candidate noises", n));
             let on_candidate = |k, c| o.progress(Progress::Step(k, c));
             models.best_noise(&judge.target, s, &Rng::new(s.seed), device, on_candidate)
         })?),
     };
     let rng = chosen.as_ref().map_or(Rng::new(s.seed), |c| c.rng.clone());
-    let (z0, sampling, scored) = stages.observed(stage::SAMPLING, observer, |o| {
+    let (z0, sampling, scored) = observed(&mut stages, stage::SAMPLING, observer, |o| {
         sample(ctx, &judge.target, (&rng, chosen.as_ref()), o)
     })?;
     let before = match scored {
         Some(score) => score,
-        None => stages.observed(stage::SCORING, observer, |_| judge.score(&z0))?,
+        None => observed(&mut stages, stage::SCORING, observer, |_| judge.score(&z0))?,
     };
-    let guided = stages.observed(stage::OPTIMIZING, observer, |o| {
+    let guided = observed(&mut stages, stage::OPTIMIZING, observer, |o| {
         o.progress(Progress::Stage("optimizing", latent_steps(s)));
         let start = guide::Start {
             latent: &z0,
@@ -122,7 +100,7 @@ pub fn run<'a>(
         }
     })?;
     stages.move_seconds(stage::OPTIMIZING, stage::EXPLORING, guided.start.seconds);
-    let after = stages.observed(stage::SCORING, observer, |_| {
+    let after = observed(&mut stages, stage::SCORING, observer, |_| {
         judge.after(&z0, &guided.latent, before)
     })?;
     Ok(Outcome {
@@ -301,16 +279,19 @@ impl Outcome<'_> {
         let (s, device) = (self.ctx.settings, self.ctx.device);
         let prompt = self.judge.prompt;
         observer.progress(Progress::Stage("writing latents, previews and meshes", 0));
-        let stages = &mut self.stages;
-        let mut files =
-            stages.observed(stage::LATENTS, observer, |_| write_latents(out_dir, z0, z))?;
+        let mut files = observed(&mut self.stages, stage::LATENTS, observer, |_| {
+            write_latents(out_dir, z0, z)
+        })?;
         let sheets = Previews::new(self.ctx.models, s, &self.rng);
         let unchanged = self.after.unchanged;
-        files.extend(stages.observed(stage::PREVIEWS, observer, |_| {
-            sheets.write(out_dir, z0, z, unchanged)
-        })?);
+        files.extend(observed(
+            &mut self.stages,
+            stage::PREVIEWS,
+            observer,
+            |_| sheets.write(out_dir, z0, z, unchanged),
+        )?);
         let field = LatentField::new(&self.ctx.models.shap_e.decoder, z)?;
-        let export = stages.observed(stage::EXPORT, observer, |_| {
+        let export = observed(&mut self.stages, stage::EXPORT, observer, |_| {
             export_mesh(&field, s, device, out_dir, prompt)
         })?;
         if let Ok(export) = &export {
@@ -445,4 +426,20 @@ pub fn same_values(a: &Tensor, b: &Tensor) -> Result<bool> {
             .collect())
     };
     Ok(v(a)? == v(b)?)
+}
+
+/// Runs `f` as (another part of) stage `name` of `stages`, with `observer` handed to it and told
+/// of the stage when it ends.
+fn observed<T, E>(
+    stages: &mut StageRecorder,
+    name: &'static str,
+    observer: &mut dyn Observer,
+    f: impl FnOnce(&mut dyn Observer) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<candle_core::Error>,
+{
+    let out = stages.run(name, || f(&mut *observer))?;
+    observer.stage(name, &stages.get(name));
+    Ok(out)
 }

@@ -8,6 +8,7 @@ pub mod candidates;
 pub(crate) mod generate;
 pub(crate) mod mesh;
 pub(crate) mod models;
+pub(crate) mod observer;
 pub(crate) mod report;
 pub(crate) mod settings;
 pub(crate) mod stages;
@@ -16,12 +17,13 @@ pub mod stream;
 
 pub use candidates::{Chosen, NoiseChoice};
 pub use generate::same_values;
-pub use generate::{generate, run, After, Observer, Outcome, Progress, RunContext};
+pub use generate::{generate, run, After, Outcome, RunContext};
 pub use mesh::extract_mesh;
 pub use mesh::LatentField;
 pub use models::read_negatives;
 pub use models::Guided;
 pub use models::Models;
+pub use observer::{Observer, Progress};
 pub use report::{
     ExportMemory, MemorySection, Report, ReportSettings, StagePeakBytes, StageSeconds,
 };

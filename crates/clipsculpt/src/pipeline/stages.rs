@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use candle_core::Device;
 
-use super::generate::Observer;
 use super::report::{MemorySection, StagePeakBytes, StageSeconds};
 use crate::autodiff::memory::PeakMeter;
 use crate::device::memory as device_memory;
@@ -96,21 +95,6 @@ impl StageRecorder {
             seconds: t.elapsed().as_secs_f64(),
         };
         self.add(name, record);
-        Ok(out)
-    }
-
-    /// [`Self::run`] with `observer` handed to `f` and told of the stage when it ends.
-    pub(crate) fn observed<T, E>(
-        &mut self,
-        name: &'static str,
-        observer: &mut dyn Observer,
-        f: impl FnOnce(&mut dyn Observer) -> Result<T, E>,
-    ) -> Result<T, E>
-    where
-        E: From<candle_core::Error>,
-    {
-        let out = self.run(name, || f(&mut *observer))?;
-        observer.stage(name, &self.get(name));
         Ok(out)
     }
 
