@@ -307,7 +307,8 @@ impl<'a> PromptRun<'a> {
                 mode => {
                     let mut s = mode.settings(self.s);
                     s.seed = seed;
-                    match stopped(self.run(&s), self.prompt, Instant::now())? {
+                    let t = Instant::now();
+                    match stopped(self.run(&s), self.prompt, t)? {
                         Ok((out, seconds)) => {
                             self.guided_record(mode, seed, &out, seconds, (&prior, prior_score))?
                         }
