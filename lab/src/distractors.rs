@@ -14,13 +14,20 @@ use crate::render::Solid;
 use crate::world::{Colour, Shape, Variation, WorldObject};
 use clipsculpt::autodiff::rng::Rng;
 use clipsculpt::mesh::field::DEFAULT_CHUNK;
-use clipsculpt::mesh::{marching_cubes, sample_colours, sample_grid, Bounds, FnField, McOptions};
+use clipsculpt::mesh::{
+    marching_cubes, sample_colours, sample_grid, Bounds, ExportError, FnField, McOptions,
+};
 use clipsculpt::shap_e::Decoder;
 
 /// The distractors' latents `(N, rows, d)` (tensor `latent`), beside `latents.safetensors`.
 pub const DISTRACTORS_FILE: &str = "distractors.safetensors";
 /// What each distractor is, its redraws and fit loss.
 pub const DISTRACTORS_JSON: &str = "distractors.json";
+
+/// XORed into the prior's seed: the stream of amendment 1's probe.
+pub const PROBE_STREAM: u64 = 0x9b0e;
+/// XORed into the prior's seed: the stream of the distractors' draws and fits (§1).
+pub const DRAW_STREAM: u64 = 0xd157;
 
 /// How distractors are drawn, checked and fitted.
 #[derive(Debug, Clone, Serialize)]
@@ -35,10 +42,12 @@ pub struct DistractorSettings {
     pub steps: usize,
     /// Refits from random starts of a collapsed latent, at most (then training fails).
     pub refits: usize,
+    /// Probe blends per type, half with each shape as the base (amendment 1).
+    pub probe: usize,
 }
 
 impl DistractorSettings {
-    /// The protocol's: redraws ≤ 10, check at 64³, 600 fit steps, ≤ 3 refits.
+    /// The protocol's: redraws ≤ 10, check at 64³, 600 fit steps, ≤ 3 refits, 32 probe blends.
     pub fn protocol(count: usize) -> Self {
         Self {
             count,
@@ -46,6 +55,7 @@ impl DistractorSettings {
             check_grid: 64,
             steps: 600,
             refits: 3,
+            probe: 32,
         }
     }
 }
@@ -101,33 +111,106 @@ pub fn types(
     out
 }
 
-/// The shape and colour the evaluator judges `blend` (its analytic field meshed at `grid`³).
-pub fn judge(blend: &Blend, grid: usize) -> Result<(Shape, Colour)> {
+/// What the evaluator makes of a blend: a shape and colour, or `None` when its field has no
+/// surface.
+pub type Verdict = Option<(Shape, Colour)>;
+
+/// The shape and colour the evaluator judges `blend` (its analytic field meshed at `grid`³), or
+/// `None` when the field has no surface there (amendment 1: such a draw is redrawn).
+pub fn judge(blend: &Blend, grid: usize) -> Result<Verdict> {
     let field = FnField(|p: [f32; 3]| (blend.sdf(p), blend.rgb()));
     let dev = Device::Cpu;
     let err =
         |e: &dyn std::fmt::Display| candle_core::Error::Msg(format!("judging {blend:?}: {e}"));
     let g = sample_grid(&field, &dev, grid, Bounds::SHAP_E, DEFAULT_CHUNK).map_err(|e| err(&e))?;
-    let mut mesh = marching_cubes(&g, &McOptions::default()).map_err(|e| err(&e))?;
+    let mut mesh = match marching_cubes(&g, &McOptions::default()) {
+        Ok(mesh) => mesh,
+        Err(ExportError::EmptySurface { .. }) => return Ok(None),
+        Err(e) => return Err(err(&e)),
+    };
     mesh.colours =
         sample_colours(&field, &dev, &mesh.positions, DEFAULT_CHUNK).map_err(|e| err(&e))?;
     let v = classify(&mesh).map_err(|e| err(&e))?;
-    Ok((v.shape, v.colour))
+    Ok(Some((v.shape, v.colour)))
+}
+
+/// Whether a verdict fails the check: no surface, or a `held_out` combination.
+fn fails(verdict: &Verdict, held_out: &[(Shape, Colour)]) -> bool {
+    verdict.is_none_or(|v| held_out.contains(&v))
+}
+
+/// The blend of base shape `base` and `other` in colour `c`, drawn from `rng`.
+fn random_blend(base: Shape, other: Shape, c: Colour, rng: &mut Rng) -> Blend {
+    let object = WorldObject::random(base, c, rng);
+    let weight = rng.range(BLEND_RANGE.0, BLEND_RANGE.1);
+    Blend {
+        object,
+        other,
+        weight,
+    }
+}
+
+/// A type excluded by the probe, with its probe's failed blends.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Excluded {
+    /// The colour.
+    pub colour: Colour,
+    /// The pair of shapes.
+    pub shapes: [Shape; 2],
+    /// Probe blends judged held out or without a surface, of `probed`.
+    pub failed: usize,
+    /// Probe blends drawn.
+    pub probed: usize,
+}
+
+/// Amendment 1's probe: `s.probe` blends per type (half with each shape as the base) from `rng`,
+/// judged; a type with at least half of them failing the check is excluded. Returns the eligible
+/// types in their order and the excluded ones.
+pub fn probe(
+    types: &[(Colour, Shape, Shape)],
+    held_out: &[(Shape, Colour)],
+    s: &DistractorSettings,
+    rng: &mut Rng,
+    judge: impl Fn(&Blend) -> Result<Verdict>,
+) -> Result<(Vec<(Colour, Shape, Shape)>, Vec<Excluded>)> {
+    let (mut eligible, mut excluded) = (Vec::new(), Vec::new());
+    for &(c, a, b) in types {
+        let mut failed = 0;
+        for (base, other) in [(a, b), (b, a)] {
+            for _ in 0..s.probe / 2 {
+                failed += usize::from(fails(&judge(&random_blend(base, other, c, rng))?, held_out));
+            }
+        }
+        let probed = s.probe / 2 * 2;
+        if probed > 0 && 2 * failed >= probed {
+            excluded.push(Excluded {
+                colour: c,
+                shapes: [a, b],
+                failed,
+                probed,
+            });
+        } else {
+            eligible.push((c, a, b));
+        }
+    }
+    Ok((eligible, excluded))
 }
 
 /// Draws `s.count` blends from `rng`: distractor `i` has type `i mod T` and instance
 /// `k = ⌊i/T⌋`, its base object of the pair's first shape for even `k`, the second for odd `k`;
-/// a blend `judge` calls a `held_out` combination is drawn again, at most `s.redraws` times.
-/// Returns each blend with its redraws.
+/// a blend `judge` calls a `held_out` combination, or finds no surface in, is drawn again, at most
+/// `s.redraws` times. Returns each blend with its redraws.
 pub fn draw(
     types: &[(Colour, Shape, Shape)],
     held_out: &[(Shape, Colour)],
     s: &DistractorSettings,
     rng: &mut Rng,
-    judge: impl Fn(&Blend) -> Result<(Shape, Colour)>,
+    judge: impl Fn(&Blend) -> Result<Verdict>,
 ) -> Result<Vec<(Blend, usize)>> {
     if types.is_empty() && s.count > 0 {
-        candle_core::bail!("no colour has two seen shapes: no distractor type");
+        candle_core::bail!(
+            "no colour has two seen shapes that blend into a seen object: no distractor type"
+        );
     }
     let mut out = Vec::with_capacity(s.count);
     for i in 0..s.count {
@@ -139,26 +222,22 @@ pub fn draw(
         };
         let mut redraws = 0;
         loop {
-            let object = WorldObject::random(base, c, rng);
-            let weight = rng.range(BLEND_RANGE.0, BLEND_RANGE.1);
-            let blend = Blend {
-                object,
-                other,
-                weight,
-            };
+            let blend = random_blend(base, other, c, rng);
             let verdict = judge(&blend)?;
-            if !held_out.contains(&verdict) {
+            if !fails(&verdict, held_out) {
                 out.push((blend, redraws));
                 break;
             }
             redraws += 1;
             if redraws > s.redraws {
+                let last = verdict.map_or("no surface".to_string(), |v| {
+                    crate::caption::caption(v.0, v.1)
+                });
                 candle_core::bail!(
-                    "distractor {i} ({} {}/{}) was judged a held-out combination {redraws} times (last: {})",
+                    "distractor {i} ({} {}/{}) failed the check {redraws} times: judged a held-out combination or without a surface (last: {last})",
                     c.name(),
                     base.name(),
                     other.name(),
-                    crate::caption::caption(verdict.0, verdict.1)
                 );
             }
         }
@@ -228,9 +307,23 @@ pub fn starts(
     normalize_rows(&Tensor::stack(&rows, 0)?, rms)
 }
 
-/// The [`DISTRACTORS_JSON`] entries.
-pub fn describe(blends: &[(Blend, usize)], loss: &[f32], refits: &[usize]) -> Vec<Distractor> {
-    blends
+/// What [`DISTRACTORS_JSON`] holds: the types the probe excluded, then each distractor.
+#[derive(Debug, Clone, Serialize)]
+pub struct DistractorsFile {
+    /// Types excluded by amendment 1's probe.
+    pub excluded_types: Vec<Excluded>,
+    /// The distractors, in order.
+    pub distractors: Vec<Distractor>,
+}
+
+/// The [`DISTRACTORS_JSON`] contents.
+pub fn describe(
+    excluded: &[Excluded],
+    blends: &[(Blend, usize)],
+    loss: &[f32],
+    refits: &[usize],
+) -> DistractorsFile {
+    let distractors = blends
         .iter()
         .zip(loss)
         .zip(refits)
@@ -244,7 +337,11 @@ pub fn describe(blends: &[(Blend, usize)], loss: &[f32], refits: &[usize]) -> Ve
             refits,
             fit_loss,
         })
-        .collect()
+        .collect();
+    DistractorsFile {
+        excluded_types: excluded.to_vec(),
+        distractors,
+    }
 }
 
 #[cfg(test)]
@@ -267,8 +364,8 @@ mod tests {
     }
 
     /// Distractor i has type i mod T, its base shape alternating with the instance, weights in
-    /// the blend range; a judge that calls every other draw held out costs one redraw each; a
-    /// judge that always does fails after the redraws allowed.
+    /// the blend range; a judge that calls every other draw held out or without a surface costs
+    /// one redraw each; a judge that always does fails after the redraws allowed.
     #[test]
     fn draws_follow_types_and_redraw_held_out_verdicts() -> Result<()> {
         let t = types(&crate::world::combinations(), &HELD_OUT);
@@ -276,10 +373,10 @@ mod tests {
         let calls = std::cell::Cell::new(0);
         let flaky = |_: &Blend| {
             calls.set(calls.get() + 1);
-            Ok(if calls.get() % 2 == 1 {
-                HELD_OUT[0]
-            } else {
-                (Shape::Cube, Colour::Red)
+            Ok(match calls.get() % 4 {
+                1 => Some(HELD_OUT[0]),
+                3 => None,
+                _ => Some((Shape::Cube, Colour::Red)),
             })
         };
         let drawn = draw(&t, &HELD_OUT, &s, &mut Rng::new(3), flaky)?;
@@ -291,7 +388,7 @@ mod tests {
             assert!((BLEND_RANGE.0..BLEND_RANGE.1).contains(&b.weight));
             assert_eq!(*redraws, 1);
         }
-        let always = |_: &Blend| Ok(HELD_OUT[1]);
+        let always = |_: &Blend| Ok(Some(HELD_OUT[1]));
         assert!(draw(&t, &HELD_OUT, &s, &mut Rng::new(3), always).is_err());
         Ok(())
     }
@@ -305,67 +402,91 @@ mod tests {
             other: Shape::Cube,
             weight: 0.5,
         };
-        let (shape, colour) = judge(&blend, 64)?;
+        let verdict = judge(&blend, 64)?;
+        let (shape, colour) = verdict.expect("a surface");
         assert_eq!(colour, Colour::Blue);
         assert!([Shape::Sphere, Shape::Cube].contains(&shape), "{shape:?}");
         Ok(())
     }
 
-    /// Scouting run (not a test of behaviour): for issue 53's splits S1 and S2, four draws of
-    /// each type in either order from the protocol's stream (prior seed 3), judged at 64³; prints
-    /// the types judged a held-out combination and the blends that mesh to nothing.
-    /// `cargo test -p clipsculpt-lab --lib -- --ignored --nocapture held_out_verdicts`
+    /// Amendment 1: a type whose probe blends fail the check at least half the time is excluded
+    /// (always: excluded; exactly half: excluded; 3 of 8: kept), the rest keep their order, and
+    /// distractors then cycle over the eligible types only.
     #[test]
-    #[ignore = "seconds; prints verdicts"]
+    fn the_probe_excludes_types_failing_half_their_blends() -> Result<()> {
+        let t = types(&crate::world::combinations(), &HELD_OUT);
+        let s = DistractorSettings {
+            probe: 8,
+            ..DistractorSettings::protocol(120)
+        };
+        let calls = std::cell::Cell::new(0);
+        let judge = |b: &Blend| {
+            calls.set(calls.get() + 1);
+            let k = (calls.get() - 1) % 8;
+            let bad = Some(HELD_OUT[0]);
+            let good = Some((b.object.shape, b.object.colour));
+            Ok(match (b.object.colour, b.object.shape, b.other) {
+                (Colour::Red, Shape::Sphere, Shape::Cube)
+                | (Colour::Red, Shape::Cube, Shape::Sphere) => bad,
+                (Colour::Red, Shape::Sphere, _) | (Colour::Red, _, Shape::Sphere) if k < 4 => None,
+                (Colour::Green, ..) if k < 3 => bad,
+                _ => good,
+            })
+        };
+        let (eligible, excluded) = probe(&t, &HELD_OUT, &s, &mut Rng::new(5), judge)?;
+        assert_eq!(calls.get(), 8 * 60);
+        let red_sphere_pairs = t
+            .iter()
+            .filter(|&&(c, a, _)| c == Colour::Red && a == Shape::Sphere)
+            .count();
+        assert_eq!(excluded.len(), red_sphere_pairs);
+        assert_eq!(excluded[0].failed, 8);
+        assert!(excluded[1..].iter().all(|e| e.failed == 4 && e.probed == 8));
+        assert_eq!(eligible.len() + excluded.len(), 60);
+        assert!(eligible.iter().any(|&(c, ..)| c == Colour::Green));
+        let drawn = draw(&eligible, &HELD_OUT, &s, &mut Rng::new(3), |b| {
+            Ok(Some((b.object.shape, b.object.colour)))
+        })?;
+        for (i, (b, _)) in drawn.iter().enumerate() {
+            let (c, x, y) = eligible[i % eligible.len()];
+            assert_eq!(b.object.colour, c);
+            assert!([x, y].contains(&b.object.shape) && [x, y].contains(&b.other));
+        }
+        Ok(())
+    }
+
+    /// Scouting run (not a test of behaviour): for issue 53's worlds (S1 and S2 at prior seed 3,
+    /// S1 at prior seed 4), amendment 1's probe from its own stream, judged at 64³; prints the
+    /// excluded types with their failed probe blends.
+    /// `cargo test --release -p clipsculpt-lab --lib -- --ignored --nocapture held_out_verdicts`
+    #[test]
+    #[ignore = "a minute; prints the excluded types"]
     fn held_out_verdicts_per_type() -> Result<()> {
-        for split in [
-            "a red sphere,a green cube,a blue cylinder,a yellow cone,a white torus,a black capsule",
-            "a blue sphere,a yellow cube,a green cylinder,a black cone,a red torus,a white capsule",
-        ] {
+        let s1 =
+            "a red sphere,a green cube,a blue cylinder,a yellow cone,a white torus,a black capsule";
+        let s2 =
+            "a blue sphere,a yellow cube,a green cylinder,a black cone,a red torus,a white capsule";
+        for (name, split, prior_seed) in [("S1", s1, 3), ("S2", s2, 3), ("S1'", s1, 4)] {
             let held = crate::split::parse_split(split).map_err(candle_core::Error::Msg)?;
-            let mut rng = Rng::new(3 ^ 0xd157);
-            let (mut bad, mut empty, mut n) = (0, 0, 0);
-            for (c, a, b) in types(&crate::world::combinations(), &held) {
-                for (base, other) in [(a, b), (b, a)] {
-                    let mut line = Vec::new();
-                    for _ in 0..4 {
-                        let object = WorldObject::random(base, c, &mut rng);
-                        let weight = rng.range(BLEND_RANGE.0, BLEND_RANGE.1);
-                        n += 1;
-                        match judge(
-                            &Blend {
-                                object,
-                                other,
-                                weight,
-                            },
-                            64,
-                        ) {
-                            Ok(v) if held.contains(&v) => {
-                                bad += 1;
-                                line.push(format!(
-                                    "{weight:.2}: {}",
-                                    crate::caption::caption(v.0, v.1)
-                                ));
-                            }
-                            Ok(_) => {}
-                            Err(_) => {
-                                empty += 1;
-                                line.push(format!("{weight:.2}: no mesh"));
-                            }
-                        }
-                    }
-                    if !line.is_empty() {
-                        println!(
-                            "{} {}/{}: {}",
-                            c.name(),
-                            base.name(),
-                            other.name(),
-                            line.join(", ")
-                        );
-                    }
-                }
+            let t = types(&crate::world::combinations(), &held);
+            let mut rng = Rng::new(prior_seed ^ PROBE_STREAM);
+            let s = DistractorSettings::protocol(240);
+            let (eligible, excluded) = probe(&t, &held, &s, &mut rng, |b| judge(b, 64))?;
+            println!(
+                "{name} (prior seed {prior_seed}): {} eligible types",
+                eligible.len()
+            );
+            for e in excluded {
+                let [a, b] = e.shapes;
+                println!(
+                    "  excluded {} {}/{}: {} of {}",
+                    e.colour.name(),
+                    a.name(),
+                    b.name(),
+                    e.failed,
+                    e.probed
+                );
             }
-            println!("{split}: {bad} of {n} judged held out, {empty} without a mesh\n");
         }
         Ok(())
     }

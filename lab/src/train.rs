@@ -836,12 +836,14 @@ fn distractor_stage(
     }
     on_progress(TrainProgress::Stage("fitting the distractors", ds.steps));
     let decoder = frozen_decoder(out, dev)?;
-    let mut rng = clipsculpt::autodiff::rng::Rng::new(s.prior.seed ^ 0xd157);
-    let kinds = distractors::types(&s.combos, &s.held_out);
     let grid = ds.check_grid;
-    let blends = distractors::draw(&kinds, &s.held_out, ds, &mut rng, |b| {
-        distractors::judge(b, grid)
-    })?;
+    let judge = |b: &_| distractors::judge(b, grid);
+    let kinds = distractors::types(&s.combos, &s.held_out);
+    let mut probe_rng =
+        clipsculpt::autodiff::rng::Rng::new(s.prior.seed ^ distractors::PROBE_STREAM);
+    let (kinds, excluded) = distractors::probe(&kinds, &s.held_out, ds, &mut probe_rng, judge)?;
+    let mut rng = clipsculpt::autodiff::rng::Rng::new(s.prior.seed ^ distractors::DRAW_STREAM);
+    let blends = distractors::draw(&kinds, &s.held_out, ds, &mut rng, judge)?;
     let only: Vec<_> = blends.iter().map(|(b, _)| *b).collect();
     let per_combo = all_latents.dim(0)? / s.combos.len();
     let latent_of = |sh, c| -> Result<Tensor> {
@@ -857,8 +859,9 @@ fn distractor_stage(
     let (latents, loss, refits) =
         distractors::fit(&decoder, &only, &starts, ds, &fs, &mut rng, dev)?;
     // Kept as text: a float read back from JSON need not be the bit pattern written.
-    let json = serde_json::to_string_pretty(&distractors::describe(&blends, &loss, &refits))
-        .map_err(msg)?;
+    let json =
+        serde_json::to_string_pretty(&distractors::describe(&excluded, &blends, &loss, &refits))
+            .map_err(msg)?;
     ck.save_distractors(&latents, &json)?;
     Ok(Some((latents, json)))
 }
@@ -1288,9 +1291,11 @@ mod tests {
             let se = (p * (1.0 - p) / total).sqrt();
             assert!((got as f64 / total - p).abs() < 4.0 * se, "{d:?}");
         }
-        let listed: Vec<serde_json::Value> =
+        let file: serde_json::Value =
             serde_json::from_slice(&std::fs::read(a.join(DISTRACTORS_JSON)).map_err(msg)?)
                 .map_err(msg)?;
+        assert!(file["excluded_types"].is_array());
+        let listed = file["distractors"].as_array().cloned().unwrap_or_default();
         assert_eq!(listed.len(), 4);
         assert!(listed
             .iter()
