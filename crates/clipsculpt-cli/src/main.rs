@@ -10,6 +10,7 @@ mod batch;
 mod context;
 mod download;
 mod export;
+mod gallery;
 mod generate;
 mod info;
 mod preview;
@@ -85,6 +86,8 @@ enum Command {
     Download(download::Download),
     /// Render a run (or a mesh file) in Blender: vertex-colour material, camera, soft light, still or turntable.
     Preview(preview::Preview),
+    /// Write index.html for a folder of runs (a batch, the runs of vary, or one run): opens from disk, offline.
+    Gallery(gallery::Gallery),
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
@@ -212,6 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Info(c) => c.run(&cx),
         Command::Download(c) => c.run(&cx),
         Command::Preview(c) => c.run(&cx),
+        Command::Gallery(c) => c.run(&cx),
     }
 }
 
