@@ -1,5 +1,5 @@
 // The gallery's script: filter, sort, 3D views. It loads only files beside the page (classic scripts, which
-// browsers run from file:// pages) and reports what the browser test checks on <body> and on each card:
+// browsers run from pages opened from disk) and reports what the browser test checks on <body> and on each card:
 // data-errors (errors seen), data-drawn (share of the 3D view's pixels drawn).
 (function () {
   "use strict";

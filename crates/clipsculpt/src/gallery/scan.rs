@@ -209,7 +209,11 @@ fn folder_card(dir: &Path, folder: &str) -> Card {
 /// Fills `card` with what `report` says (any version of `report.json`: missing fields stay empty).
 fn fill_from_report(card: &mut Card, r: &Value) {
     let pair = |v: &Value| Some([v.get(0)?.as_f64()?, v.get(1)?.as_f64()?]);
-    card.prompt = r["prompt"].as_str().unwrap_or_default().to_string();
+    card.prompt = r["prompt"]
+        .as_str()
+        .or(r["title"].as_str())
+        .unwrap_or_default()
+        .to_string();
     card.command = r["command"].as_str().map(String::from);
     card.seed = r["settings"]["seed"].as_u64();
     card.mode = r["settings"]["mode"].as_str().map(String::from);
