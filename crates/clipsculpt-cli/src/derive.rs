@@ -84,9 +84,7 @@ pub(crate) fn default_out(prompt: &str, what: &str, seed: u64) -> PathBuf {
     PathBuf::from("outputs").join(format!("{}-{what}-{seed}", clipsculpt::batch::slug(prompt)))
 }
 
-/// Parses a strength, refusing one outside `[0, 1]` (clap reports it as a usage error, exit 2).
-pub(crate) fn parse_strength(text: &str) -> Result<f64, String> {
-    let s: f64 = text.parse().map_err(|e| format!("{e}"))?;
-    pipeline::renoise::check_strength(s).map_err(|e| e.to_string())?;
-    Ok(s)
+/// Refuses a `--strength` outside `[0, 1]` (before anything is read or written).
+pub(crate) fn check_strength(strength: Option<f64>) -> anyhow::Result<()> {
+    strength.map_or(Ok(()), pipeline::renoise::check_strength)
 }

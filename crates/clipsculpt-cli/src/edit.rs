@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 
 use crate::args::GenerateArgs;
 use crate::context::{in_private, Context};
-use crate::derive::{default_out, parse_strength, Start};
+use crate::derive::{check_strength, default_out, Start};
 use crate::{EXIT_NO_MESH, EXIT_OK};
 use clipsculpt::atomic::OutputDir;
 use clipsculpt::pipeline::{EditMethod, DEFAULT_STRENGTH};
@@ -23,7 +23,7 @@ pub(super) struct Edit {
         "renoise (re-noise, then sample with the new prompt) or latent (CLIP guidance of the latent itself) \
          [default: {}]", EditMethod::DEFAULT))]
     method: Option<EditMethod>,
-    #[arg(long, value_parser = parse_strength, help = format!(
+    #[arg(long, allow_negative_numbers = true, help = format!(
         "With --method renoise: how much of the latent to re-noise, 0..1 [default: {DEFAULT_STRENGTH}]"))]
     strength: Option<f64>,
     #[command(flatten)]
@@ -39,6 +39,7 @@ pub(super) struct Edit {
 impl Edit {
     pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         clipsculpt::batch::check_prompt(&self.prompt).map_err(anyhow::Error::msg)?;
+        check_strength(self.strength)?;
         let start = Start::load(cx, &self.source, &self.settings)?;
         let method = self.method.unwrap_or(EditMethod::DEFAULT);
         let (s, strength) = method.plan(&start.settings, self.strength);

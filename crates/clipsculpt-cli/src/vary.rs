@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 
 use crate::args::GenerateArgs;
 use crate::context::{in_private, Context};
-use crate::derive::{default_out, parse_strength, Start};
+use crate::derive::{check_strength, default_out, Start};
 use crate::{EXIT_OK, EXIT_PARTIAL};
 use clipsculpt::atomic::OutputDir;
 use clipsculpt::pipeline::DEFAULT_STRENGTH;
@@ -20,7 +20,7 @@ pub(super) struct Vary {
     /// How many variations.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     count: u32,
-    #[arg(long, value_parser = parse_strength, help = format!(
+    #[arg(long, allow_negative_numbers = true, help = format!(
         "How much of the latent to re-noise, 0..1: 0 returns it unchanged, 1 is a new sample [default: {DEFAULT_STRENGTH}]"))]
     strength: Option<f64>,
     /// The prompt to sample toward [default: the run's].
@@ -38,6 +38,7 @@ pub(super) struct Vary {
 
 impl Vary {
     pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+        check_strength(self.strength)?;
         let start = Start::load(cx, &self.source, &self.settings)?;
         let prompt = start.prompt(self.prompt)?;
         clipsculpt::batch::check_prompt(&prompt).map_err(anyhow::Error::msg)?;
