@@ -3,8 +3,8 @@
 //!
 //! 1. [`scan`] reads the folder: every sub-folder with a `report.json` is a card, the folder itself too when it holds
 //!    one, and failed batch items (their manifest line, their `<id>.failed/` folder) are cards with their reason.
-//! 2. [`page`] renders the cards as one self-contained page: its CSS and script are inline ([`page.css`,
-//!    `page.js`]); cards sort by score and filter by text.
+//! 2. [`page`] renders the cards as one self-contained page: its CSS and script (`page.css`, `page.js`) are
+//!    inline; cards sort by score and filter by text.
 //! 3. [`assets`] writes beside it, in `gallery/`, the vendored 3D viewer (`@google/model-viewer`, pinned, with its
 //!    licence; `vendor/README.md`) and each mesh as a script holding its GLB as a `data:` URI, loaded when a card's
 //!    3D view opens (browsers refuse to fetch `file://` URLs from a page, but run classic scripts from them).
