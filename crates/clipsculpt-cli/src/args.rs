@@ -94,7 +94,16 @@ impl GenerateArgs {
     /// The settings file (or the defaults) with every option given here applied, validated; the
     /// file's prompt when it is a report.
     pub(crate) fn run_settings(&self) -> anyhow::Result<SettingsFile> {
-        let mut file = match &self.settings {
+        self.run_settings_over(None)
+    }
+
+    /// [`Self::run_settings`] with `base` (a run's `report.json`) in place of the defaults when no
+    /// `--settings` is given.
+    pub(crate) fn run_settings_over(
+        &self,
+        base: Option<&std::path::Path>,
+    ) -> anyhow::Result<SettingsFile> {
+        let mut file = match self.settings.as_deref().or(base) {
             Some(path) => RunSettings::read(path)?,
             None => SettingsFile {
                 settings: RunSettings::default(),

@@ -73,6 +73,7 @@ impl Generate {
                 }),
                 _ => None,
             };
+            clipsculpt::gallery::write_gallery(work)?;
             Ok((report, preview))
         })?;
         dir.commit()?;

@@ -7,14 +7,19 @@
 
 mod args;
 mod batch;
+mod blend;
 mod context;
+mod derive;
 mod download;
+mod edit;
 mod export;
+mod gallery;
 mod generate;
 mod info;
 mod preview;
 mod progress;
 mod sample;
+mod vary;
 
 use std::process::ExitCode;
 
@@ -85,6 +90,14 @@ enum Command {
     Download(download::Download),
     /// Render a run (or a mesh file) in Blender: vertex-colour material, camera, soft light, still or turntable.
     Preview(preview::Preview),
+    /// Write index.html for a folder of runs (a batch, the runs of vary, or one run): opens from disk, offline.
+    Gallery(gallery::Gallery),
+    /// Variations of a saved run: its latent re-noised and sampled back with the run's guidance.
+    Vary(vary::Vary),
+    /// Continue a saved run toward a new prompt.
+    Edit(edit::Edit),
+    /// Blend two saved latents (slerp): a mesh per step, a contact sheet and a GIF.
+    Blend(blend::Blend),
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
@@ -212,6 +225,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Info(c) => c.run(&cx),
         Command::Download(c) => c.run(&cx),
         Command::Preview(c) => c.run(&cx),
+        Command::Gallery(c) => c.run(&cx),
+        Command::Vary(c) => c.run(&cx),
+        Command::Edit(c) => c.run(&cx),
+        Command::Blend(c) => c.run(&cx),
     }
 }
 

@@ -18,7 +18,7 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// `--help` lists exactly the seven subcommands (and clap's `help`), each in its own row of the
+/// `--help` lists exactly the eleven subcommands (and clap's `help`), each in its own row of the
 /// "Commands:" section, and the exit codes.
 #[test]
 fn help_lists_every_subcommand_and_exit_codes() {
@@ -33,7 +33,8 @@ fn help_lists_every_subcommand_and_exit_codes() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     let every = [
-        "generate", "batch", "sample", "export", "info", "download", "preview", "help",
+        "generate", "batch", "sample", "export", "info", "download", "preview", "gallery", "vary",
+        "edit", "blend", "help",
     ];
     assert_eq!(listed, every, "{out}");
     assert!(out.contains("Exit codes"));

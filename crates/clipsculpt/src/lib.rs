@@ -21,6 +21,7 @@ pub mod batch;
 pub mod blender;
 pub mod clip;
 pub mod device;
+pub mod gallery;
 pub mod guide;
 pub(crate) mod kernels;
 pub mod mesh;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["atomic", "device", "kernels"],
     &["autodiff", "weights"],
-    &["mesh", "clip", "shap_e", "models", "blender"],
+    &["mesh", "clip", "shap_e", "models", "blender", "gallery"],
     &["render", "random"],
     &["guide"],
     &["pipeline"],

@@ -2,6 +2,8 @@
 //! private work folder that is renamed into place only when complete, and records each outcome.
 //! A failing item is recorded and the batch goes on; whatever it wrote (its latents, previews, report) is kept in
 //! `<id>.failed/`, so that nothing is lost (a latent with no surface can still be meshed by `export --level`).
+//! After each item the folder's gallery (`index.html`, [`crate::gallery`]) is rewritten, so an interrupted batch
+//! has a page of the items it finished.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -70,8 +72,22 @@ pub fn run_batch(
             Outcome::AlreadyDone => summary.skipped += 1,
             Outcome::Failed => summary.failed += 1,
         }
+        rewrite_gallery(out_dir);
     }
+    rewrite_gallery(out_dir);
     Ok(summary)
+}
+
+/// Rewrites the batch's gallery; a page that cannot be written is a warning, not a failed batch.
+fn rewrite_gallery(out_dir: &Path) {
+    use crate::gallery::{write_gallery, GalleryError};
+    match write_gallery(out_dir) {
+        Ok(_) | Err(GalleryError::Empty(_)) => {}
+        Err(e) => tracing::warn!(
+            "{e}; `clipsculpt gallery {}` writes it again",
+            out_dir.display()
+        ),
+    }
 }
 
 /// How one item ended.

@@ -189,21 +189,22 @@ pub(crate) struct Fork {
     pub sched: HeunDiscreteScheduler,
 }
 
-/// Samples a latent `(1, rows, d)` from standard-normal `noise` with `steps` Heun steps of
+/// Samples a latent `(1, rows, d)` from the sampler `state` at `sched`'s position (the start:
+/// [`Denoiser::initial_state`] of standard-normal noise) with the remaining Heun steps of
 /// `denoiser`, guided by `loss` as `g` says (see the module docs). `rng` gives each guided step
 /// its own stream; `on_step(step, cosine)` reports progress. Also returns the [`Fork`] from the
 /// unguided run, when a step was guided.
 pub(crate) fn guided_sample(
     denoiser: &Denoiser,
     sched: &mut HeunDiscreteScheduler,
-    noise: &Tensor,
+    state: Tensor,
     g: &SamplingGuidance,
     loss: &dyn LatentLoss,
     rng: &Rng,
     mut on_step: impl FnMut(usize, f32),
 ) -> std::result::Result<(Tensor, SamplingTrace, Option<Fork>), GuideError> {
     let wrap = |step| move |source| GuideError::Step { step, source };
-    let mut x = denoiser.initial_state(sched, noise).map_err(wrap(0))?;
+    let mut x = state;
     let mut trace = SamplingTrace::default();
     let (mut pending, mut bad_run, mut take) = (None::<Tensor>, 0usize, 0usize);
     let mut fork = None;

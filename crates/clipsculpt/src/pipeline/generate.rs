@@ -7,9 +7,11 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
 
 use super::candidates::Chosen;
+use super::lineage::Lineage;
 use super::mesh::LatentField;
 use super::models::{Guided, Models};
 use super::observer::{Observer, Progress};
+use super::renoise::Renoise;
 use super::report::{ExportMemory, Report, ReportSettings};
 use super::settings::RunSettings;
 use super::stages::{stage, StageRecorder};
@@ -30,6 +32,8 @@ pub struct RunContext<'a> {
     pub settings: &'a RunSettings,
     /// The device the models are on.
     pub device: &'a Device,
+    /// A saved latent to start the sampler from (`vary`, `edit`), instead of noise; candidates are then not drawn.
+    pub renoise: Option<&'a Renoise>,
 }
 
 impl<'a> RunContext<'a> {
@@ -39,6 +43,15 @@ impl<'a> RunContext<'a> {
             models,
             settings,
             device,
+            renoise: None,
+        }
+    }
+
+    /// This context, its runs starting from `from` ([`Models::resample`]).
+    pub fn with_renoise(self, from: &'a Renoise) -> Self {
+        Self {
+            renoise: Some(from),
+            ..self
         }
     }
 }
@@ -71,6 +84,7 @@ pub fn run<'a>(
         Judge::new(ctx, prompt)
     })?;
     let chosen = match s.candidates {
+        _ if ctx.renoise.is_some() => None,
         0 | 1 => None,
         n => Some(observed(&mut stages, stage::SAMPLING, observer, |o| {
             o.progress(Progress::Stage("sampling candidate noises", n));
@@ -114,6 +128,7 @@ pub fn run<'a>(
         guided,
         after,
         stages,
+        lineage: Lineage::default(),
     })
 }
 
@@ -146,6 +161,12 @@ fn sample(
 ) -> Result<(Tensor, SamplingTrace, Option<Score>)> {
     let (models, s, device) = (ctx.models, ctx.settings, ctx.device);
     let stage = |o: &mut dyn Observer, name, steps| o.progress(Progress::Stage(name, steps));
+    if let Some(from) = ctx.renoise {
+        stage(observer, "sampling from the saved latent", s.prior_steps);
+        return models.resample(target, s, (from, rng), device, |i, c| {
+            observer.progress(Progress::Step(i, c))
+        });
+    }
     if s.mode == GuideMode::EndToEnd {
         let name = "end-to-end guidance through the last sampler steps";
         stage(observer, name, s.end_to_end.iterations);
@@ -265,6 +286,8 @@ pub struct Outcome<'a> {
     /// The scores of the run's latent.
     pub after: After,
     stages: StageRecorder,
+    /// What the run was made from (`vary`, `edit`), recorded in its report.
+    pub lineage: Lineage,
 }
 
 impl Outcome<'_> {
@@ -339,6 +362,7 @@ impl Outcome<'_> {
             mesh: export.map(|e| e.stats),
             no_mesh,
             files,
+            lineage: self.lineage,
         })
     }
 }

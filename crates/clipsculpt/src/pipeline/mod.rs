@@ -4,11 +4,15 @@
 //! took ([`stages`]) and what the run did (`report.json`, [`report`]); [`candidates`] picks the
 //! best of several noises.
 
+pub mod blend;
 pub mod candidates;
+pub mod edit;
 pub(crate) mod generate;
+pub mod lineage;
 pub(crate) mod mesh;
 pub(crate) mod models;
 pub(crate) mod observer;
+pub mod renoise;
 pub(crate) mod report;
 pub(crate) mod settings;
 pub(crate) mod stages;
@@ -16,14 +20,17 @@ pub use stages::{stage, StageRecord};
 pub mod stream;
 
 pub use candidates::{Chosen, NoiseChoice};
+pub use edit::EditMethod;
 pub use generate::same_values;
 pub use generate::{generate, run, After, Outcome, RunContext};
+pub use lineage::{load_parent, Lineage, LoadedParent, Parent};
 pub use mesh::extract_mesh;
 pub use mesh::LatentField;
 pub use models::read_negatives;
 pub use models::Guided;
 pub use models::Models;
 pub use observer::{Observer, Progress};
+pub use renoise::{Renoise, DEFAULT_STRENGTH};
 pub use report::{
     ExportMemory, MemorySection, Report, ReportSettings, StagePeakBytes, StageSeconds,
 };

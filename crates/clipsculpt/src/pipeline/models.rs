@@ -197,10 +197,11 @@ impl Models {
         let mut sched = run.sched.clone();
         let sampling = rng.fork(stream::SAMPLING);
         let loss = self.view_loss(target, s);
+        let state = denoiser.initial_state(&sched, &noise)?;
         let (z, mut trace, fork) = guide::guided_sample(
             &denoiser,
             &mut sched,
-            &noise,
+            state,
             &s.sampling,
             &loss,
             &sampling,
@@ -255,7 +256,7 @@ impl Models {
     /// sample only if it beats the `unguided` one from the same noise (and its held-aside score,
     /// when known) on the held-aside views by `s.guide.keep_margin`, else the unguided one; with
     /// the comparison and the returned latent's held-aside score. Unguarded, `guided`, unscored.
-    fn keep(
+    pub(crate) fn keep(
         &self,
         target: &Target,
         s: &RunSettings,

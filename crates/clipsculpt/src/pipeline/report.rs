@@ -219,6 +219,9 @@ pub struct Report {
     pub no_mesh: Option<String>,
     /// Files written.
     pub files: Vec<PathBuf>,
+    /// What the run was made from (`vary`, `edit`): the command, the strength and the parents.
+    #[serde(flatten)]
+    pub lineage: super::lineage::Lineage,
 }
 
 #[cfg(test)]

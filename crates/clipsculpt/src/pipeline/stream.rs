@@ -13,3 +13,5 @@ pub(crate) const EXPLORE: u64 = 5;
 pub(crate) const SAMPLING: u64 = 6;
 /// Best of N noises: candidate `k ≥ 1`'s root generator is this stream's fork `k`.
 pub(crate) const CANDIDATES: u64 = 7;
+/// The fresh noise a saved latent is re-noised with (`vary`, `edit`).
+pub(crate) const RENOISE: u64 = 8;
