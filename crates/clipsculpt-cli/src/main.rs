@@ -79,7 +79,7 @@ enum Command {
     Sample(sample::Sample),
     /// Decode a saved latent to GLB/PLY/OBJ.
     Export(export::Export),
-    /// Show a model's configuration and parameter count, and the environment defaults.
+    /// Show a model's configuration and parameter count, and the environment defaults; or a GLB's provenance.
     Info(info::Info),
     /// Download a model's files into the Hugging Face cache (HF_HOME).
     Download(download::Download),

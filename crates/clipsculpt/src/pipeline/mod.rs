@@ -9,6 +9,7 @@ pub(crate) mod generate;
 pub(crate) mod mesh;
 pub(crate) mod models;
 pub(crate) mod observer;
+pub mod provenance;
 pub(crate) mod report;
 pub(crate) mod settings;
 pub(crate) mod stages;
@@ -24,6 +25,7 @@ pub use models::read_negatives;
 pub use models::Guided;
 pub use models::Models;
 pub use observer::{Observer, Progress};
+pub use provenance::Provenance;
 pub use report::{
     ExportMemory, MemorySection, Report, ReportSettings, StagePeakBytes, StageSeconds,
 };
