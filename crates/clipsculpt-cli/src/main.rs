@@ -5,6 +5,7 @@
 //! Exit codes: 0 success; 1 some batch items failed; 2 usage or setup error (bad arguments, bad
 //! input files, missing weights, a feature that is not available yet).
 
+mod addon;
 mod args;
 mod batch;
 mod context;
@@ -85,6 +86,8 @@ enum Command {
     Download(download::Download),
     /// Render a run (or a mesh file) in Blender: vertex-colour material, camera, soft light, still or turntable.
     Preview(preview::Preview),
+    /// Write the Blender add-on's zip (a sidebar panel that runs clipsculpt and imports the result), or --install it.
+    BlenderAddon(addon::BlenderAddon),
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
@@ -212,6 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Info(c) => c.run(&cx),
         Command::Download(c) => c.run(&cx),
         Command::Preview(c) => c.run(&cx),
+        Command::BlenderAddon(c) => c.run(),
     }
 }
 

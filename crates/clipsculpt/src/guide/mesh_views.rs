@@ -54,3 +54,69 @@ pub fn score_mesh(
     let images = mesh_images(mesh, side, device)?;
     score_images(scorer, target, &images)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mesh::grid::{Bounds, Grid};
+    use crate::mesh::marching_cubes::{marching_cubes, McOptions};
+    use crate::mesh::shapes;
+
+    /// A white sphere of radius 0.25 at `centre`, in field coordinates.
+    fn ball(centre: [f32; 3]) -> Mesh {
+        let g = Grid::from_fn(48, Bounds::SHAP_E, |p| shapes::sphere(p, centre, 0.25)).unwrap();
+        let mut m = marching_cubes(&g, &McOptions::default()).unwrap();
+        m.colours = vec![[1.0; 3]; m.positions.len()];
+        m
+    }
+
+    /// Columns and rows of view `i` where the object (white, on a grey background) shows.
+    fn extent(images: &Tensor, i: usize) -> ([usize; 2], [usize; 2]) {
+        let v = images
+            .get(i)
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        let (mut cols, mut rows) = ([usize::MAX, 0], [usize::MAX, 0]);
+        for (y, row) in v.iter().enumerate() {
+            for (x, &p) in row.iter().enumerate() {
+                if p > 0.9 {
+                    cols = [cols[0].min(x), cols[1].max(x)];
+                    rows = [rows[0].min(y), rows[1].max(y)];
+                }
+            }
+        }
+        (cols, rows)
+    }
+
+    /// The views frame what the held-aside cameras see at the origin (a ball of radius 0.25 spans
+    /// 0.25/1.46 of the half-width) and keep their orientation: +Z is up, and the camera's x axis
+    /// (`(cos a, −sin a, 0)` at azimuth a) points right.
+    #[test]
+    fn mesh_views_match_the_held_aside_cameras() {
+        let side = 64;
+        let images = mesh_images(&ball([0.0; 3]), side, &Device::Cpu).unwrap();
+        assert_eq!(images.dims(), [4, 3, side, side]);
+        let (cols, _) = extent(&images, 0);
+        let width = (cols[1] - cols[0] + 1) as f32;
+        let want = 0.5 / (2.0 * 4.0 * 0.35f32.tan()) * side as f32;
+        assert!((width - want).abs() <= 2.0, "{width} vs {want}");
+        let (_, rows) = extent(
+            &mesh_images(&ball([0.0, 0.0, 0.6]), side, &Device::Cpu).unwrap(),
+            2,
+        );
+        assert!(
+            rows[1] < side / 2,
+            "a ball above the origin is not in the upper half: {rows:?}"
+        );
+        let a = held_aside_azimuth(0);
+        let right = [0.6 * a.cos(), -0.6 * a.sin(), 0.0];
+        let (cols, _) = extent(&mesh_images(&ball(right), side, &Device::Cpu).unwrap(), 0);
+        assert!(
+            cols[0] > side / 2,
+            "the camera's +x is not on the right: {cols:?}"
+        );
+    }
+}
