@@ -18,7 +18,7 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// `--help` lists exactly the seven subcommands (and clap's `help`), each in its own row of the
+/// `--help` lists exactly the eight subcommands (and clap's `help`), each in its own row of the
 /// "Commands:" section, and the exit codes.
 #[test]
 fn help_lists_every_subcommand_and_exit_codes() {
@@ -33,7 +33,15 @@ fn help_lists_every_subcommand_and_exit_codes() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     let every = [
-        "generate", "batch", "sample", "export", "info", "download", "preview", "help",
+        "generate",
+        "batch",
+        "sample",
+        "export",
+        "info",
+        "download",
+        "preview",
+        "blender-addon",
+        "help",
     ];
     assert_eq!(listed, every, "{out}");
     assert!(out.contains("Exit codes"));
@@ -49,6 +57,8 @@ fn bad_arguments_are_usage_errors() {
         &["generate", "a cube", "--candidates", "0"],
         &["batch", "p.txt", "--shard", "3/3"],
         &["generate", "a cube", "--model", "./no/such/folder"],
+        &["blender-addon", "--blender-path", "blender"],
+        &["info", "no/such/mesh.glb"],
     ] {
         let o = clipsculpt(args, &[]);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -370,6 +380,34 @@ fn the_glb_records_its_provenance_and_reruns_bit_for_bit() {
     assert!(
         text.contains("prompt: \"a red cube\"") && text.contains("seed: 5") && text.contains(hash),
         "{text}"
+    );
+    let missing = d.path().join("addon");
+    let no_blender = clipsculpt(
+        &[
+            "blender-addon",
+            "--install",
+            "--blender-path",
+            "/no/such/blender",
+            "--out",
+        ],
+        &[],
+    );
+    assert_eq!(no_blender.status.code(), Some(2));
+    let no_blender = clipsculpt(
+        &[
+            "blender-addon",
+            "--install",
+            "--blender-path",
+            "/no/such/blender",
+            "--out",
+            missing.to_str().unwrap(),
+        ],
+        &[],
+    );
+    one_line_error(&no_blender, "blender-addon --install without Blender");
+    assert!(
+        !missing.exists(),
+        "blender-addon wrote before finding Blender"
     );
     let not_glb = clipsculpt(&["info", a.join("report.json").to_str().unwrap()], &[]);
     one_line_error(&not_glb, "info on a file that is not a GLB");

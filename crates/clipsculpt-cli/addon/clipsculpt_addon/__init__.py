@@ -153,7 +153,6 @@ class ClipsculptSettings(bpy.types.PropertyGroup):
     output_dir: bpy.props.StringProperty(name="Output", subtype="DIR_PATH",
                                          description="Folder of the runs (empty: the temporary folder)")
     status: bpy.props.StringProperty(name="Status", default="")
-    running: bpy.props.BoolProperty(default=False)
 
 
 class CLIPSCULPT_OT_generate(bpy.types.Operator):
@@ -171,11 +170,12 @@ class CLIPSCULPT_OT_generate(bpy.types.Operator):
     _lines = None
     _started = 0.0
     _optional = True
+    # One run at a time (a class attribute, not saved in the .blend).
+    busy = False
 
     @classmethod
     def poll(cls, context):
-        s = context.scene.clipsculpt
-        return bool(s.prompt.strip()) and not s.running
+        return bool(context.scene.clipsculpt.prompt.strip()) and not CLIPSCULPT_OT_generate.busy
 
     def prepare(self, context):
         s = context.scene.clipsculpt
@@ -240,9 +240,10 @@ class CLIPSCULPT_OT_generate(bpy.types.Operator):
                                       env=child_env())
         self._lines = queue.Queue()
         self._stderr = []
-        threading.Thread(target=self.pump, args=(self._proc.stderr, self._lines), daemon=True).start()
+        self._pump = threading.Thread(target=self.pump, args=(self._proc.stderr, self._lines), daemon=True)
+        self._pump.start()
         self._started = time.monotonic()
-        s.running = True
+        CLIPSCULPT_OT_generate.busy = True
         s.status = "starting clipsculpt"
 
     @staticmethod
@@ -257,6 +258,9 @@ class CLIPSCULPT_OT_generate(bpy.types.Operator):
             return self.stop(context, "stopped", {"CANCELLED"})
         if event.type != "TIMER":
             return {"PASS_THROUGH"}
+        code = self._proc.poll()
+        if code is not None:
+            self._pump.join(timeout=2)
         while not self._lines.empty():
             line = self._lines.get()
             self._stderr.append(line)
@@ -267,7 +271,6 @@ class CLIPSCULPT_OT_generate(bpy.types.Operator):
         context.workspace.status_text_set(f"clipsculpt: {s.status} ({elapsed:.0f} s, Esc stops)")
         for area in context.screen.areas:
             area.tag_redraw()
-        code = self._proc.poll()
         if code is None:
             return {"RUNNING_MODAL"}
         self._proc.stderr.close()
@@ -286,7 +289,7 @@ class CLIPSCULPT_OT_generate(bpy.types.Operator):
         s = context.scene.clipsculpt
         context.window_manager.event_timer_remove(self._timer)
         context.workspace.status_text_set(None)
-        s.running = False
+        CLIPSCULPT_OT_generate.busy = False
         s.status = status
         if level == "ERROR":
             self.report({"ERROR"}, status)
