@@ -299,13 +299,13 @@ impl Outcome<'_> {
             |_| sheets.write(out_dir, z0, z, unchanged),
         )?);
         let field = LatentField::new(&self.ctx.models.shap_e.decoder, z)?;
-        let export = observed(&mut self.stages, stage::EXPORT, observer, |_| {
+        let mut export = observed(&mut self.stages, stage::EXPORT, observer, |_| {
             export_mesh(&field, s, device, out_dir, prompt)
         })?;
         let settings = ReportSettings::resolved(s, self.ctx.models, device);
         let latent_sha256 = latent_sha256(z)?;
         let mut mesh_score = None;
-        if let Ok(export) = &export {
+        if let Ok(export) = &mut export {
             files.extend(export.files.iter().cloned());
             let record = Provenance {
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -316,13 +316,7 @@ impl Outcome<'_> {
                 latent_sha256: latent_sha256.clone(),
                 iso: export.iso,
             };
-            for glb in export
-                .files
-                .iter()
-                .filter(|f| f.extension() == Some("glb".as_ref()))
-            {
-                record.stamp(glb)?;
-            }
+            stamp_glbs(export, &record)?;
             let judge = &self.judge;
             mesh_score = Some(observed(
                 &mut self.stages,
@@ -382,6 +376,21 @@ impl Outcome<'_> {
             files,
         })
     }
+}
+
+/// Stamps `record` into the GLB files of `export`, the time it takes counted as writing them.
+fn stamp_glbs(export: &mut ExportReport, record: &Provenance) -> Result<()> {
+    let t = std::time::Instant::now();
+    let is_glb = |f: &PathBuf| f.extension() == Some("glb".as_ref());
+    for glb in export.files.iter().filter(|f| is_glb(f)) {
+        record.stamp(glb)?;
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    let glb_times = export.format_seconds.iter_mut();
+    for (_, s) in glb_times.filter(|(f, _)| *f == mesh::Format::Glb) {
+        *s += seconds;
+    }
+    Ok(())
 }
 
 /// Writes `report` as `out_dir/report.json`.
