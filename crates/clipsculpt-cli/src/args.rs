@@ -79,8 +79,8 @@ pub(super) struct GenerateArgs {
     /// Memory budget, e.g. 6GiB: chooses chunk sizes and checkpoint policies to fit, or refuses up front
     #[arg(long, help_heading = "Memory and speed", value_parser = parse_bytes)]
     memory_budget: Option<usize>,
-    /// Settings JSON, or a run's report.json to repeat that run (its prompt too); options given
-    /// here override it. Every setting without an option is set this way
+    /// Settings JSON, or a run's report.json or mesh.glb to repeat that run (its prompt too);
+    /// options given here override it. Every setting without an option is set this way
     #[arg(long, help_heading = "Output")]
     settings: Option<PathBuf>,
     #[arg(long, help_heading = "Output", value_delimiter = ',', help = formats_help())]
@@ -108,6 +108,7 @@ impl GenerateArgs {
             None => SettingsFile {
                 settings: RunSettings::default(),
                 prompt: None,
+                weights: None,
             },
         };
         let s = &mut file.settings;

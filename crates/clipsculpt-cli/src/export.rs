@@ -10,7 +10,7 @@ use crate::args::ModelArgs;
 use crate::context::{in_private, Context};
 use crate::EXIT_OK;
 use clipsculpt::atomic::OutputDir;
-use clipsculpt::mesh::{self, Format};
+use clipsculpt::mesh::{self, Format, IsoRule, Level};
 use clipsculpt::models::ModelKind;
 use clipsculpt::pipeline::LatentField;
 use clipsculpt::shap_e::{load_latent, Decoder};
@@ -26,10 +26,9 @@ pub(super) struct Export {
     #[arg(long, default_value_t = 128)]
     grid: usize,
     /// Iso level of the surface in the field's signed distance (tanh-squashed, positive inside, so
-    /// within −1..1). Lower it to mesh a latent whose field is nowhere positive: the error names the
-    /// field's range.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    level: f32,
+    /// within −1..1) [default: 0 where the field crosses it, else the midpoint of its range]
+    #[arg(long, allow_negative_numbers = true)]
+    level: Option<f32>,
     /// Output formats.
     #[arg(long, value_delimiter = ',', default_value = "glb,ply,obj,png")]
     formats: Vec<Format>,
@@ -44,11 +43,8 @@ pub(super) struct Export {
 
 impl Export {
     pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
-        if !self.level.is_finite() || self.level.abs() >= 1.0 {
-            anyhow::bail!(
-                "--level must lie within −1..1 (the field is a tanh), not {}",
-                self.level
-            );
+        if let Some(level) = self.level.filter(|l| !l.is_finite() || l.abs() >= 1.0) {
+            anyhow::bail!("--level must lie within −1..1 (the field is a tanh), not {level}");
         }
         let device = cx.open_device()?;
         let z = load_latent(&self.latent, &device)?;
@@ -60,13 +56,27 @@ impl Export {
             .unwrap_or_else(|| self.latent.parent().map(PathBuf::from).unwrap_or_default());
         let names: Vec<String> = self.formats.iter().map(|f| f.file_name("mesh")).collect();
         let dir = OutputDir::files(&out, &names, self.overwrite)?;
-        in_private(&dir, |work| {
+        let iso = in_private(&dir, |work| {
             let field = LatentField::new(&decoder, &z)?;
-            let (grid, level) = (self.grid, self.level);
-            mesh::export_field(&field, &device, grid, level, &self.formats, work, "mesh")?;
-            Ok(())
+            let level = self.level.map_or(Level::FromField, Level::Fixed);
+            let r = mesh::export_field(
+                &field,
+                &device,
+                self.grid,
+                level,
+                &self.formats,
+                work,
+                "mesh",
+            )?;
+            Ok(r.iso)
         })?;
         dir.commit()?;
+        if iso.rule == IsoRule::Midpoint {
+            eprintln!(
+                "no surface at level 0: meshed at level {:.3}, the midpoint of the field's range",
+                iso.level
+            );
+        }
         for n in &names {
             println!("{}", out.join(n).display());
         }

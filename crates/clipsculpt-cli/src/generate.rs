@@ -1,5 +1,6 @@
 //! `clipsculpt generate`: one prompt → mesh, previews, latents and `report.json`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -13,12 +14,13 @@ use crate::{EXIT_NO_MESH, EXIT_OK, EXIT_PARTIAL};
 use clipsculpt::atomic::OutputDir;
 use clipsculpt::batch::check_prompt;
 use clipsculpt::guide::GuideMode;
+use clipsculpt::mesh::IsoRule;
 use clipsculpt::pipeline::{self, Report, RunContext};
 
 /// Generate a mesh from one prompt (prior sample + CLIP-guided optimization + export).
 #[derive(Debug, ClapArgs)]
 pub(super) struct Generate {
-    /// The text prompt, e.g. "a red cube" (optional with --settings report.json, which names one).
+    /// The text prompt, e.g. "a red cube" (optional with --settings report.json or mesh.glb, which name one).
     prompt: Option<String>,
     #[command(flatten)]
     settings: GenerateArgs,
@@ -44,7 +46,7 @@ impl Generate {
         } = self;
         let file = settings.run_settings()?;
         let Some(prompt) = prompt.or(file.prompt) else {
-            anyhow::bail!("no prompt: give one (clipsculpt generate \"a red cube\"), or --settings a run's report.json");
+            anyhow::bail!("no prompt: give one (clipsculpt generate \"a red cube\"), or --settings a run's report.json or mesh.glb");
         };
         check_prompt(&prompt).map_err(anyhow::Error::msg)?;
         let run = file.settings;
@@ -53,6 +55,9 @@ impl Generate {
         let out = out.unwrap_or_else(|| default_out(&prompt, run.seed));
         let dir = OutputDir::folder(&out, overwrite)?;
         let models = cx.load_models(&run.models, &device)?;
+        if let Some(recorded) = &file.weights {
+            warn_other_weights(recorded, &models.sources.weights);
+        }
         let ctx = RunContext::new(&models, &run, &device);
         let bar = StageBar::new(cx.quiet);
         // A failed Blender preview does not discard the run: it is kept and reported after the commit.
@@ -101,6 +106,22 @@ impl Generate {
     }
 }
 
+/// Warns when the weights loaded are not those the settings file's run loaded (by SHA-256): the
+/// run will not reproduce it.
+fn warn_other_weights(recorded: &BTreeMap<String, String>, loaded: &BTreeMap<String, String>) {
+    let differ: Vec<&str> = recorded
+        .iter()
+        .filter(|(file, hash)| loaded.get(*file) != Some(*hash))
+        .map(|(file, _)| file.as_str())
+        .collect();
+    if !differ.is_empty() {
+        tracing::warn!(
+            "the weights differ from those of the recorded run ({}): the result will differ from it",
+            differ.join(", ")
+        );
+    }
+}
+
 /// What a run's guidance did, in one line.
 fn outcome(r: &Report) -> String {
     let latent = format!(
@@ -139,6 +160,16 @@ fn outcome(r: &Report) -> String {
         _ => sampled,
     };
     let score = format!("held-aside score {:.3}", r.score_after);
+    let score = match r.mesh_score {
+        Some(m) => format!("{score}, mesh {m:.3}"),
+        None => score,
+    };
+    let score = match (r.iso_rule, r.iso_level) {
+        (Some(IsoRule::Midpoint), Some(level)) => format!(
+            "{score}; no surface at level 0, meshed at level {level:.3} (the midpoint of the field's range)"
+        ),
+        _ => score,
+    };
     match r.settings.run.mode {
         GuideMode::Off => format!("unguided, {score}"),
         GuideMode::Sampling | GuideMode::EndToEnd => format!("{sampled}; {score}"),

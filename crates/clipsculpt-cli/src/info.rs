@@ -1,5 +1,7 @@
-//! `clipsculpt info`: the environment defaults and a description of the models named.
+//! `clipsculpt info`: the environment defaults and a description of the models named, or what a
+//! GLB that `generate` wrote says about itself.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -8,10 +10,15 @@ use clap::Args as ClapArgs;
 use crate::context::Context;
 use crate::EXIT_OK;
 use clipsculpt::models::{ModelKind, ModelSpec};
+use clipsculpt::pipeline::Provenance;
 
-/// Show a model's configuration and parameter count, and the environment defaults.
+/// Show a model's configuration and parameter count, and the environment defaults; or, given a
+/// GLB, the prompt, seed, models, settings and latent hash that made it.
 #[derive(Debug, ClapArgs)]
 pub(super) struct Info {
+    /// A mesh.glb written by `generate`: print its provenance record.
+    #[arg(conflicts_with_all = ["clip", "model"])]
+    glb: Option<PathBuf>,
     /// A CLIP model to describe.
     #[arg(long)]
     clip: Option<ModelSpec>,
@@ -22,6 +29,10 @@ pub(super) struct Info {
 
 impl Info {
     pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
+        if let Some(glb) = &self.glb {
+            println!("{}", Provenance::read(glb)?.describe());
+            return Ok(ExitCode::from(EXIT_OK));
+        }
         println!("device: {}", cx.device);
         println!(
             "hf cache: HF_HUB_OFFLINE={} (cache in $HF_HOME, default ~/.cache/huggingface)",

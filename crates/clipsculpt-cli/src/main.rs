@@ -5,6 +5,7 @@
 //! Exit codes: 0 success; 1 some batch items failed; 2 usage or setup error (bad arguments, bad
 //! input files, missing weights, a feature that is not available yet).
 
+mod addon;
 mod args;
 mod batch;
 mod blend;
@@ -84,7 +85,7 @@ enum Command {
     Sample(sample::Sample),
     /// Decode a saved latent to GLB/PLY/OBJ.
     Export(export::Export),
-    /// Show a model's configuration and parameter count, and the environment defaults.
+    /// Show a model's configuration and parameter count, and the environment defaults; or a GLB's provenance.
     Info(info::Info),
     /// Download a model's files into the Hugging Face cache (HF_HOME).
     Download(download::Download),
@@ -98,6 +99,8 @@ enum Command {
     Edit(edit::Edit),
     /// Blend two saved latents (slerp): a mesh per step, a contact sheet and a GIF.
     Blend(blend::Blend),
+    /// Write the Blender add-on's zip (a sidebar panel that runs clipsculpt and imports the result), or --install it.
+    BlenderAddon(addon::BlenderAddon),
 }
 
 /// Sets up `tracing` from `-v`/`-q`, or from `RUST_LOG` when it is set.
@@ -229,6 +232,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Vary(c) => c.run(&cx),
         Command::Edit(c) => c.run(&cx),
         Command::Blend(c) => c.run(&cx),
+        Command::BlenderAddon(c) => c.run(),
     }
 }
 

@@ -460,3 +460,99 @@ fn missing_blender_is_a_one_line_error_with_an_install_hint() {
         assert!(!d.path().join(blender::PREVIEW_FILE).exists());
     }
 }
+
+/// Runs the add-on's operator in factory-settings Blender (the add-on found in `scripts`), on the toy world with
+/// `clipsculpt` as its binary, and prints what it imported as JSON.
+const ADDON_RUN: &str = r#"
+import json, sys, addon_utils, bpy
+exe, out, stats = sys.argv[sys.argv.index("--") + 1:]
+addon_utils.enable("clipsculpt_addon", default_set=True)
+bpy.context.preferences.addons["clipsculpt_addon"].preferences.binary = exe
+s = bpy.context.scene.clipsculpt
+s.prompt, s.seed, s.guide, s.output_dir = "a red cube", 0, "off", out
+s.faces, s.texture = 3000, 0
+result = bpy.ops.clipsculpt.generate()
+obj = bpy.data.objects.get("a red cube")
+mesh = obj.data if obj else None
+attrs = [a.name for a in mesh.color_attributes] if mesh else []
+mean = [0.0, 0.0, 0.0]
+if attrs:
+    data = mesh.color_attributes[0].data
+    for d in data:
+        mean = [m + c for m, c in zip(mean, d.color[:3])]
+    mean = [m / len(data) for m in mean]
+json.dump({"result": sorted(result), "object": obj is not None, "faces": len(mesh.polygons) if mesh else 0,
+           "materials": [m.name for m in mesh.materials] if mesh else [], "colour_attributes": attrs,
+           "mean_colour": mean, "status": s.status}, open(stats, "w"))
+"#;
+
+/// `clipsculpt blender-addon --install` installs and enables the add-on in a Blender with factory settings (its
+/// own config and scripts folders); its operator then runs the toy world through this binary in the background
+/// process and imports a red object with a colour attribute and a material.
+#[test]
+fn the_addon_installs_runs_clipsculpt_and_imports_a_coloured_object() {
+    let Some(blender) =
+        blender_or_skip("the_addon_installs_runs_clipsculpt_and_imports_a_coloured_object")
+    else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (config, scripts) = (d.path().join("config"), d.path().join("scripts"));
+    let envs = [
+        ("BLENDER_USER_CONFIG", config.to_str().unwrap()),
+        ("BLENDER_USER_SCRIPTS", scripts.to_str().unwrap()),
+    ];
+    let o = clipsculpt(
+        &[
+            "blender-addon",
+            "--install",
+            "--out",
+            d.path().to_str().unwrap(),
+            "--blender-path",
+            blender.to_str().unwrap(),
+        ],
+        &envs,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(d.path().join("clipsculpt_addon.zip").is_file());
+    let init = scripts.join("addons/clipsculpt_addon/__init__.py");
+    assert!(init.is_file(), "{}", String::from_utf8_lossy(&o.stdout));
+
+    let (script, stats) = (d.path().join("run.py"), d.path().join("stats.json"));
+    std::fs::write(&script, ADDON_RUN).unwrap();
+    let mut cmd = Command::new(&blender);
+    cmd.args([
+        "-b",
+        "--factory-startup",
+        "-noaudio",
+        "--python-exit-code",
+        "1",
+        "-P",
+    ])
+    .arg(&script)
+    .arg("--")
+    .args([
+        env!("CARGO_BIN_EXE_clipsculpt"),
+        d.path().join("runs").to_str().unwrap(),
+    ])
+    .arg(&stats)
+    .env_remove("RUST_LOG");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(o.status.success(), "{log}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(v["result"], serde_json::json!(["FINISHED"]), "{v} {log}");
+    assert_eq!(v["object"], true, "{v}");
+    assert!(v["faces"].as_u64().unwrap_or(0) > 100, "{v}");
+    assert!(
+        !v["colour_attributes"].as_array().unwrap().is_empty(),
+        "{v}"
+    );
+    assert!(!v["materials"].as_array().unwrap().is_empty(), "{v}");
+    let [r, g, b] = vec3(&v["mean_colour"]);
+    assert!(r > 0.2 && r > 2.0 * g && r > 2.0 * b, "not red: {v}");
+    assert!(d.path().join("runs/a-red-cube-0/mesh.glb").is_file());
+}

@@ -203,7 +203,17 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
     ];
     assert!(stages.iter().all(|&x| x > 0.0), "{t:?}");
     // Without negatives there is no exploration, so its stage may be (almost) zero.
-    let sum = stages.iter().sum::<f64>() + t.exploring + t.files.values().sum::<f64>() + t.other;
+    let sum = stages.iter().sum::<f64>()
+        + t.exploring
+        + t.mesh_scoring
+        + t.files.values().sum::<f64>()
+        + t.other;
+    assert!(t.mesh_scoring > 0.0, "{t:?}");
+    assert!(
+        report.mesh_score.is_some_and(f32::is_finite),
+        "{:?}",
+        report.mesh_score
+    );
     assert!((sum - t.total).abs() < 1e-9, "{t:?}");
     assert!(t.other < 0.01 * t.total, "untimed: {t:?}");
     assert!(t.files.contains_key("mesh.glb") && t.files.len() == Format::DEFAULT.len());

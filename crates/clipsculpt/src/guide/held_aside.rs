@@ -85,7 +85,12 @@ pub fn score(
     resolution: usize,
 ) -> Result<Score> {
     let images = held_aside_images(decoder, &latent.detach(), resolution)?;
-    let emb = scorer.embed_images(&images, &Policy::None)?;
+    score_images(scorer, target, &images)
+}
+
+/// The score of `images` `(n, 3, side, side)` under `target` (no graph).
+pub(crate) fn score_images(scorer: &ClipScorer, target: &Target, images: &Tensor) -> Result<Score> {
+    let emb = scorer.embed_images(images, &Policy::None)?;
     let term = target.term(&emb)?;
     Ok(Score {
         score: -term.loss.to_scalar::<f32>()?,
@@ -93,15 +98,27 @@ pub fn score(
     })
 }
 
+/// Azimuth of held-aside view `i` (radians, [`Camera::orbit`]'s convention).
+pub(crate) fn held_aside_azimuth(i: usize) -> f32 {
+    i as f32 * std::f32::consts::FRAC_PI_2 + 0.3
+}
+
+/// Elevation of the held-aside views (30°).
+pub(crate) const HELD_ASIDE_ELEVATION: f32 = 30.0 * std::f32::consts::PI / 180.0;
+/// Distance of the held-aside cameras from the origin.
+pub(crate) const HELD_ASIDE_RADIUS: f32 = 4.0;
+/// Field of view of the held-aside cameras (radians).
+pub(crate) const HELD_ASIDE_FOV: f32 = 0.7;
+
 /// The four held-aside cameras: azimuths 90° apart (offset 0.3 rad), 30° elevation, `side` pixels.
 pub(crate) fn held_aside_cameras(side: usize) -> Vec<Camera> {
     (0..4)
         .map(|i| {
             Camera::orbit(
-                i as f32 * std::f32::consts::FRAC_PI_2 + 0.3,
-                30f32.to_radians(),
-                4.0,
-                0.7,
+                held_aside_azimuth(i),
+                HELD_ASIDE_ELEVATION,
+                HELD_ASIDE_RADIUS,
+                HELD_ASIDE_FOV,
                 side,
                 side,
             )

@@ -8,6 +8,7 @@ use candle_core::Device;
 use super::error::ExportError;
 use super::field::{sample_colours, sample_grid, Field, DEFAULT_CHUNK};
 use super::grid::Bounds;
+use super::iso::{self, Iso, Level};
 use super::marching_cubes::{marching_cubes, McMode, McOptions};
 use super::memory::{release_device_caches, MemoryReport};
 use super::mesh::{Mesh, MeshStats};
@@ -118,8 +119,6 @@ pub(crate) struct ExportSettings {
     pub(crate) grid_size: usize,
     /// Box the grid spans (Shap-E: [−1, 1]³).
     pub(crate) bounds: Bounds,
-    /// Iso level (0 for Shap-E's tanh SDF).
-    pub(crate) level: f32,
     /// Vertex placement.
     pub(crate) mode: McMode,
     /// Points per field evaluation.
@@ -131,7 +130,6 @@ impl Default for ExportSettings {
         Self {
             grid_size: 128,
             bounds: Bounds::SHAP_E,
-            level: 0.0,
             mode: McMode::Exact,
             chunk: DEFAULT_CHUNK,
         }
@@ -145,6 +143,10 @@ pub struct ExportReport {
     pub files: Vec<PathBuf>,
     /// Quality measures of the mesh (watertight, volume, Euler χ…).
     pub stats: MeshStats,
+    /// The iso level it was extracted at, and how that was chosen.
+    pub iso: Iso,
+    /// The extracted, coloured mesh (field coordinates, +Z up), for scoring its views.
+    pub mesh: Mesh,
     /// Memory right before grid sampling.
     pub(crate) memory_before: MemoryReport,
     /// Seconds spent sampling the grid, extracting the surface, colouring the vertices and writing files.
@@ -154,7 +156,8 @@ pub struct ExportReport {
 }
 
 /// Samples `field` on a `grid_size`³ grid over Shap-E's [−1, 1]³, extracts the surface at iso
-/// `level` (0 for Shap-E's tanh SDF, positive inside; [`McMode::Exact`]), colours the vertices from
+/// `level` (a fixed level, 0 for Shap-E's tanh SDF, positive inside; or [`Level::FromField`], the
+/// rule of [`iso`]; [`McMode::Exact`]), colours the vertices from
 /// the field and writes `formats` to `out_dir/<stem>…`.
 ///
 /// Call it after dropping optimisation state (optimiser moments, saved activations): the field is evaluated with
@@ -164,14 +167,13 @@ pub fn export_field(
     field: &dyn Field,
     device: &Device,
     grid_size: usize,
-    level: f32,
+    level: impl Into<Level>,
     formats: &[Format],
     out_dir: &Path,
     stem: &str,
 ) -> Result<ExportReport, ExportError> {
     let settings = ExportSettings {
         grid_size,
-        level,
         ..ExportSettings::default()
     };
     let memory_before =
@@ -185,8 +187,9 @@ pub fn export_field(
         settings.chunk,
     )?;
     let t1 = Instant::now();
+    let iso = iso::choose(level.into(), grid.range());
     let opts = McOptions {
-        level: settings.level,
+        level: iso.level,
         mode: settings.mode,
         parallel: true,
     };
@@ -209,6 +212,8 @@ pub fn export_field(
     Ok(ExportReport {
         files,
         stats: mesh.stats(),
+        iso,
+        mesh,
         memory_before,
         seconds: [secs(t0, t1), secs(t1, t2), secs(t2, t3), secs(t3, t4)],
         format_seconds,

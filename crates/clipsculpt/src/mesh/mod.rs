@@ -26,7 +26,9 @@ pub(crate) mod error;
 pub(crate) mod export;
 pub mod field;
 pub(crate) mod glb;
+pub mod glb_extras;
 pub(crate) mod grid;
+pub mod iso;
 pub(crate) mod marching_cubes;
 pub(crate) mod memory;
 #[allow(clippy::module_inception)]
@@ -43,6 +45,7 @@ pub use export::{export_field, ExportReport, Format};
 pub use field::{sample_colours, sample_grid};
 pub use field::{Field, FnField};
 pub use grid::{Bounds, Grid};
+pub use iso::{Iso, IsoRule, Level};
 pub use marching_cubes::{marching_cubes, McMode, McOptions};
 pub(crate) use memory::MemoryReport;
 pub use mesh::{Mesh, MeshStats};

@@ -18,11 +18,24 @@ pub(crate) struct View {
     pub(crate) elevation: f32,
 }
 
+/// What a view shows and how: the point it looks at, the half-width of the scene it frames, the
+/// background and whether surfaces are lit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Frame {
+    /// The point at the image centre.
+    pub(crate) centre: [f32; 3],
+    /// Half the side of the square the image shows, in mesh units.
+    pub(crate) half_width: f32,
+    /// Background colour (sRGB).
+    pub(crate) background: Rgb<u8>,
+    /// Lambert shading from the upper left; unlit shows the colours as they are.
+    pub(crate) lit: bool,
+}
+
 /// Renders `mesh` from `view` into a `size`×`size` image (orthographic, the bounding sphere fills the frame).
 pub(crate) fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
-    let mut img = RgbImage::from_pixel(size, size, BACKGROUND);
     if mesh.positions.is_empty() || size == 0 {
-        return img;
+        return RgbImage::from_pixel(size, size, BACKGROUND);
     }
     let (lo, hi) = mesh.bounds();
     let centre = [0, 1, 2].map(|a| (lo[a] + hi[a]) * 0.5);
@@ -33,6 +46,22 @@ pub(crate) fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
         .fold(0.0f32, f32::max)
         .sqrt()
         .max(1e-6);
+    let frame = Frame {
+        centre,
+        half_width: radius * 1.05,
+        background: BACKGROUND,
+        lit: true,
+    };
+    render_framed(mesh, view, size, &frame)
+}
+
+/// Renders `mesh` from `view` into a `size`×`size` image of `frame` (orthographic).
+pub(crate) fn render_framed(mesh: &Mesh, view: View, size: u32, frame: &Frame) -> RgbImage {
+    let mut img = RgbImage::from_pixel(size, size, frame.background);
+    if mesh.positions.is_empty() || size == 0 {
+        return img;
+    }
+    let centre = frame.centre;
     // Camera basis: the camera sits at azimuth 0 on −Y (Blender's front view) and looks at the centre.
     let (sa, ca, se, ce) = (
         view.azimuth.sin(),
@@ -43,7 +72,7 @@ pub(crate) fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
     let forward = [-sa * ce, ca * ce, -se];
     let right = [ca, sa, 0.0];
     let up = cross(right, forward);
-    let scale = 0.5 * size as f32 / (radius * 1.05);
+    let scale = 0.5 * size as f32 / frame.half_width.max(1e-6);
     let half = size as f32 * 0.5;
     // Light from the upper left of the camera.
     let light = normalize(add(
@@ -65,7 +94,11 @@ pub(crate) fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
         .iter()
         .zip(&mesh.colours)
         .map(|(n, c)| {
-            let lambert = 0.25 + 0.75 * dot(*n, light).max(0.0);
+            let lambert = if frame.lit {
+                0.25 + 0.75 * dot(*n, light).max(0.0)
+            } else {
+                1.0
+            };
             c.map(|ch| ch * lambert)
         })
         .collect();

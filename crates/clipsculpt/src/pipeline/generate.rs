@@ -12,6 +12,7 @@ use super::mesh::LatentField;
 use super::models::{Guided, Models};
 use super::observer::{Observer, Progress};
 use super::renoise::Renoise;
+use super::provenance::{latent_sha256, Provenance};
 use super::report::{ExportMemory, Report, ReportSettings};
 use super::settings::RunSettings;
 use super::stages::{stage, StageRecorder};
@@ -132,7 +133,8 @@ pub fn run<'a>(
     })
 }
 
-/// Exports the mesh of `field`; `Ok(Err(reason))` when the field has no surface to extract (empty, or not
+/// Exports the mesh of `field` at the level the field's range calls for ([`mesh::iso`]);
+/// `Ok(Err(reason))` when the field has no surface to extract (empty, or not
 /// finite), which the run reports instead of failing, so that its latents, previews and report stay.
 fn export_mesh(
     field: &LatentField,
@@ -141,7 +143,8 @@ fn export_mesh(
     out_dir: &Path,
     prompt: &str,
 ) -> Result<std::result::Result<ExportReport, String>> {
-    match mesh::export_field(field, device, s.grid, 0.0, &s.formats, out_dir, "mesh") {
+    let level = mesh::Level::FromField;
+    match mesh::export_field(field, device, s.grid, level, &s.formats, out_dir, "mesh") {
         Ok(report) => Ok(Ok(report)),
         Err(e @ (ExportError::EmptySurface { .. } | ExportError::NonFiniteField { .. })) => {
             Ok(Err(e.to_string()))
@@ -235,6 +238,11 @@ impl<'a> Judge<'a> {
         guide::score(&m.shap_e.decoder, &m.scorer, &self.target, z, self.side)
     }
 
+    /// The held-aside score of the exported mesh's own views ([`guide::score_mesh`]).
+    fn score_mesh(&self, mesh: &mesh::Mesh, device: &Device) -> candle_core::Result<Score> {
+        guide::score_mesh(mesh, &self.models.scorer, &self.target, self.side, device)
+    }
+
     /// The scores of the guided `z`, the prior's `z0` having scored `before`. Scores are
     /// deterministic functions of the latent (fixed cameras and draws), so when guidance left the
     /// latent unchanged (`--steps 0`) the prior's are reused.
@@ -314,34 +322,56 @@ impl Outcome<'_> {
             |_| sheets.write(out_dir, z0, z, unchanged),
         )?);
         let field = LatentField::new(&self.ctx.models.shap_e.decoder, z)?;
-        let export = observed(&mut self.stages, stage::EXPORT, observer, |_| {
+        let mut export = observed(&mut self.stages, stage::EXPORT, observer, |_| {
             export_mesh(&field, s, device, out_dir, prompt)
         })?;
-        if let Ok(export) = &export {
+        let settings = ReportSettings::resolved(s, self.ctx.models, device);
+        let latent_sha256 = latent_sha256(z)?;
+        let mut mesh_score = None;
+        if let Ok(export) = &mut export {
             files.extend(export.files.iter().cloned());
+            let record = Provenance {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                prompt: prompt.to_string(),
+                seed: s.seed,
+                weights: self.ctx.models.sources.weights.clone(),
+                settings: serde_json::to_value(&settings)?,
+                latent_sha256: latent_sha256.clone(),
+                iso: export.iso,
+            };
+            stamp_glbs(export, &record)?;
+            let judge = &self.judge;
+            mesh_score = Some(observed(
+                &mut self.stages,
+                stage::MESH_SCORING,
+                observer,
+                |_| judge.score_mesh(&export.mesh, device),
+            )?);
         }
-        let report = self.report(files, export)?;
+        let report = self.report(files, export, (settings, latent_sha256, mesh_score))?;
         write_report(out_dir, &report)?;
         Ok(report)
     }
 
-    /// The report of this outcome, with the `files` written and the `export`.
+    /// The report of this outcome, with the `files` written, the `export`, the resolved
+    /// settings, the latent's SHA-256 and the mesh's held-aside score.
     fn report(
         self,
         files: Vec<PathBuf>,
         export: std::result::Result<ExportReport, String>,
+        (settings, latent_sha256, mesh_score): (ReportSettings, String, Option<Score>),
     ) -> Result<Report> {
         let (export, no_mesh) = match export {
             Ok(e) => (Some(e), None),
             Err(reason) => (None, Some(reason)),
         };
-        let (models, s, device) = (self.ctx.models, self.ctx.settings, self.ctx.device);
+        let models = self.ctx.models;
         let stages = &self.stages;
         Ok(Report {
             version: env!("CARGO_PKG_VERSION"),
             prompt: self.judge.prompt.to_string(),
             models: models.sources.clone(),
-            settings: ReportSettings::resolved(s, models, device),
+            settings,
             noise: self.noise.map(|c| c.choice),
             sampling: self.sampling,
             trace: self.guided.trace,
@@ -359,12 +389,32 @@ impl Outcome<'_> {
                 .map(|e| ExportMemory::from(&e.memory_before))
                 .unwrap_or_default(),
             memory: stages.memory(models.precision, export.as_ref())?,
+            mesh_score: mesh_score.map(|m| m.score),
+            mesh_cosine: mesh_score.map(|m| m.cosine),
+            iso_level: export.as_ref().map(|e| e.iso.level),
+            iso_rule: export.as_ref().map(|e| e.iso.rule),
+            latent_sha256,
             mesh: export.map(|e| e.stats),
             no_mesh,
             files,
             lineage: self.lineage,
         })
     }
+}
+
+/// Stamps `record` into the GLB files of `export`, the time it takes counted as writing them.
+fn stamp_glbs(export: &mut ExportReport, record: &Provenance) -> Result<()> {
+    let t = std::time::Instant::now();
+    let is_glb = |f: &PathBuf| f.extension() == Some("glb".as_ref());
+    for glb in export.files.iter().filter(|f| is_glb(f)) {
+        record.stamp(glb)?;
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    let glb_times = export.format_seconds.iter_mut();
+    for (_, s) in glb_times.filter(|(f, _)| *f == mesh::Format::Glb) {
+        *s += seconds;
+    }
+    Ok(())
 }
 
 /// Writes `report` as `out_dir/report.json`.

@@ -12,6 +12,7 @@ pub mod lineage;
 pub(crate) mod mesh;
 pub(crate) mod models;
 pub(crate) mod observer;
+pub mod provenance;
 pub mod renoise;
 pub(crate) mod report;
 pub(crate) mod settings;
@@ -30,6 +31,7 @@ pub use models::read_negatives;
 pub use models::Guided;
 pub use models::Models;
 pub use observer::{Observer, Progress};
+pub use provenance::Provenance;
 pub use renoise::{Renoise, DEFAULT_STRENGTH};
 pub use report::{
     ExportMemory, MemorySection, Report, ReportSettings, StagePeakBytes, StageSeconds,

@@ -4,6 +4,7 @@
 
 use super::settings::ModelChoice;
 use crate::models::{resolve, HubOptions, ModelKind};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -31,6 +32,15 @@ pub struct ModelSources {
     pub shap_e: String,
     /// The scoring-CLIP folder.
     pub(crate) clip: String,
+    /// SHA-256 of every weight file loaded, by role and path (`model/prior/…`, `clip/…`,
+    /// `eval_clip/…`; [`crate::weights::digest::folder_digests`]).
+    pub weights: BTreeMap<String, String>,
+}
+
+/// The SHA-256 of the weight files of the model folder `dir`, keyed `role/path`.
+fn digests(dir: &Path, role: &str) -> Result<BTreeMap<String, String>> {
+    crate::weights::digest::folder_digests(dir, role)
+        .with_context(|| format!("hashing the weights in {}", dir.display()))
 }
 
 /// The models of a run, loaded once (a batch reuses them for every item).
@@ -84,6 +94,7 @@ impl Models {
             let scorer = ClipScorer::load(&dir, precision.dtype(), device)
                 .with_context(|| format!("loading the held-out CLIP in {}", dir.display()))?;
             models.held_out = Some(scorer);
+            models.sources.weights.extend(digests(&dir, "eval_clip")?);
         }
         if let Some(file) = &choice.negatives {
             models.negatives = read_negatives(file)?;
@@ -131,6 +142,10 @@ impl Models {
             sources: ModelSources {
                 shap_e: shap_e_dir.display().to_string(),
                 clip: clip_dir.display().to_string(),
+                weights: digests(shap_e_dir, "model")?
+                    .into_iter()
+                    .chain(digests(clip_dir, "clip")?)
+                    .collect(),
             },
             load_seconds: start.elapsed().as_secs_f64(),
             precision,

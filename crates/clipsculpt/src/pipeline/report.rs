@@ -132,6 +132,8 @@ pub struct StageSeconds {
     pub mesh_surface: f64,
     /// Vertex colours from the field.
     pub mesh_colours: f64,
+    /// Rendering the exported mesh's held-aside views and scoring them.
+    pub mesh_scoring: f64,
     /// Writing each export file, by file name.
     pub files: BTreeMap<String, f64>,
     /// Everything else (creating the folder, progress reporting, bookkeeping).
@@ -155,6 +157,7 @@ impl StageSeconds {
             ("latents", self.latents),
             ("previews", self.previews),
             ("mesh", mesh),
+            ("mesh scoring", self.mesh_scoring),
             ("files", files),
             ("other", self.other),
         ];
@@ -213,6 +216,19 @@ pub struct Report {
     pub memory_before_export: ExportMemory,
     /// Device, dtype, peak bytes per stage and the cache release before the export.
     pub memory: MemorySection,
+    /// The held-aside score of the exported mesh's own views ([`crate::guide::score_mesh`]: the
+    /// same cameras, backgrounds and CLIP term as `score_after`, drawn by the mesh rasteriser);
+    /// `None` without a mesh.
+    pub mesh_score: Option<f32>,
+    /// The mean scoring-CLIP cosine to the prompt of the same views.
+    pub mesh_cosine: Option<f32>,
+    /// The iso level the mesh was extracted at (`None` without a mesh).
+    pub iso_level: Option<f32>,
+    /// How it was chosen: `zero` (the field crosses 0) or `midpoint` (0 lies outside the field's
+    /// range; `docs/mesh.md`, "The iso level").
+    pub iso_rule: Option<mesh::IsoRule>,
+    /// SHA-256 of the exported latent's values ([`super::provenance::latent_sha256`]).
+    pub latent_sha256: String,
     /// Mesh statistics (`None` when the latent has no surface to extract).
     pub mesh: Option<mesh::MeshStats>,
     /// Why the run wrote no mesh (the latent's field has no surface, or is not finite), when it did not.
@@ -241,13 +257,14 @@ mod tests {
             mesh_grid: 0.2,
             mesh_surface: 0.003,
             mesh_colours: 0.005,
+            mesh_scoring: 0.02,
             files: BTreeMap::from([("mesh.glb".to_string(), 0.01), ("mesh.ply".into(), 0.02)]),
             other: 0.004,
             total: 3.9,
         };
         assert_eq!(
             s.summary(),
-            "3.90 s: sampling 3.00, scoring 0.30, previews 0.29, mesh 0.21, files 0.03"
+            "3.90 s: sampling 3.00, scoring 0.30, previews 0.29, mesh 0.21, mesh scoring 0.02, files 0.03"
         );
     }
 }

@@ -1,6 +1,7 @@
 //! The settings of one `generate` item: the one source of every default, their validation, and
-//! settings files (a bare settings JSON or a run's `report.json`).
+//! settings files (a bare settings JSON, a run's `report.json` or its `mesh.glb`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
@@ -10,7 +11,7 @@ use crate::autodiff::checkpoint::Policy;
 use crate::guide::{
     EndToEndGuidance, GuideMode, GuideSettings, SamplingGuidance, AUTO_RESOLUTION_MAX,
 };
-use crate::mesh::Format;
+use crate::mesh::{glb_extras, Format};
 use crate::models::ModelSpec;
 
 /// Which models a run uses, as their specs: `toy` (embedded), a hub id, or a folder.
@@ -102,27 +103,43 @@ pub struct SettingsFile {
     pub settings: RunSettings,
     /// The prompt the report was made for.
     pub prompt: Option<String>,
+    /// The SHA-256 of the weights the recorded run loaded (a report or a GLB's record).
+    pub weights: Option<BTreeMap<String, String>>,
 }
 
 impl RunSettings {
-    /// Reads a settings JSON (any subset of the fields) or a run's `report.json` (its `settings`
-    /// section and prompt), and validates it.
+    /// Reads a settings JSON (any subset of the fields), a run's `report.json` (its `settings`
+    /// section and prompt) or a GLB that `generate` wrote (its provenance record,
+    /// [`super::provenance`]), and validates it.
     pub fn read(path: &Path) -> anyhow::Result<SettingsFile> {
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .with_context(|| format!("reading the settings file {}", path.display()))?;
         let parse = || -> anyhow::Result<SettingsFile> {
-            let mut value: serde_json::Value = serde_json::from_str(&text)?;
+            let mut value: serde_json::Value = if glb_extras::is_glb(&bytes) {
+                super::provenance::record(&bytes)?
+            } else {
+                serde_json::from_slice(&bytes)?
+            };
             let prompt = value
                 .get("prompt")
                 .and_then(|p| p.as_str())
                 .map(String::from);
+            let weights = value
+                .pointer("/weights")
+                .or_else(|| value.pointer("/models/weights"))
+                .map(|w| serde_json::from_value(w.clone()))
+                .transpose()?;
             if let Some(section) = value.get_mut("settings").map(serde_json::Value::take) {
                 value = section;
             }
             check_names(&value)?;
             let settings: RunSettings = serde_json::from_value(value)?;
             settings.validate()?;
-            Ok(SettingsFile { settings, prompt })
+            Ok(SettingsFile {
+                settings,
+                prompt,
+                weights,
+            })
         };
         parse().with_context(|| format!("the settings file {} is not usable", path.display()))
     }

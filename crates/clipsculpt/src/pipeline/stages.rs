@@ -32,6 +32,8 @@ pub mod stage {
     pub const PREVIEWS: &str = "previews";
     /// The graph-free export (its own timings are in [`crate::mesh::ExportReport`]).
     pub const EXPORT: &str = "export";
+    /// The exported mesh's held-aside views and their score ([`crate::guide::score_mesh`]).
+    pub const MESH_SCORING: &str = "mesh_scoring";
 }
 
 /// What one stage took: seconds and peak bytes summed and maxed over its runs.
@@ -130,6 +132,7 @@ impl StageRecorder {
             stage::OPTIMIZING,
             stage::LATENTS,
             stage::PREVIEWS,
+            stage::MESH_SCORING,
         ];
         let counted = stages.iter().map(|n| secs(n)).sum::<f64>()
             + mesh_grid
@@ -148,6 +151,7 @@ impl StageRecorder {
             mesh_grid,
             mesh_surface,
             mesh_colours,
+            mesh_scoring: secs(stage::MESH_SCORING),
             files,
             other: (total - counted).max(0.0),
             total,

@@ -4,6 +4,7 @@
 //! mis-shaped or non-float tensor at once ([`WeightFile::build`] → [`Loaded`]). Errors at this boundary are [`LoadError`].
 
 mod backend;
+pub mod digest;
 mod error;
 pub(crate) mod files;
 pub(crate) mod finite;
