@@ -126,7 +126,9 @@ fn export_mesh(
     out_dir: &Path,
     prompt: &str,
 ) -> Result<std::result::Result<ExportReport, String>> {
-    match mesh::export_field(field, device, s.grid, 0.0, &s.formats, out_dir, "mesh") {
+    match mesh::export_field(
+        field, device, s.grid, 0.0, &s.asset, &s.formats, out_dir, "mesh",
+    ) {
         Ok(report) => Ok(Ok(report)),
         Err(e @ (ExportError::EmptySurface { .. } | ExportError::NonFiniteField { .. })) => {
             Ok(Err(e.to_string()))
@@ -336,6 +338,8 @@ impl Outcome<'_> {
                 .map(|e| ExportMemory::from(&e.memory_before))
                 .unwrap_or_default(),
             memory: stages.memory(models.precision, export.as_ref())?,
+            asset: export.as_ref().map(|e| e.asset.clone()),
+            asset_mesh: export.as_ref().map(|e| e.asset_stats),
             mesh: export.map(|e| e.stats),
             no_mesh,
             files,
