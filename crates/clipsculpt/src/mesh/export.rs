@@ -187,6 +187,9 @@ pub struct ExportReport {
 /// Call it after dropping optimisation state (optimiser moments, saved activations): the field is evaluated with
 /// plain tensors, `chunk` points at a time, on `device`. Errors name the failing input:
 /// [`ExportError::EmptySurface`] when the field is nowhere positive, [`ExportError::Io`] with the path, etc.
+// The grid, the level, the asset options and the outputs are each a caller's choice (`generate` and `export` set
+// them from different places).
+#[allow(clippy::too_many_arguments)]
 pub fn export_field(
     field: &dyn Field,
     device: &Device,

@@ -60,8 +60,10 @@ fn configs() -> Vec<(String, AssetOptions)> {
 #[ignore = "measurements for docs/mesh.md (a few minutes)"]
 fn asset_table() -> anyhow::Result<()> {
     let device = Device::Cpu;
-    let mut settings = RunSettings::default();
-    settings.formats = vec![];
+    let settings = RunSettings {
+        formats: vec![],
+        ..RunSettings::default()
+    };
     let models = Models::load_choice(
         &settings.models,
         &device,
