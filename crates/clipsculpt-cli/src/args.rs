@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args as ClapArgs;
 use clipsculpt::autodiff::memory::parse_bytes;
 use clipsculpt::guide::GuideMode;
-use clipsculpt::mesh::Format;
+use clipsculpt::mesh::{AssetOptions, Format};
 use clipsculpt::models::ModelSpec;
 use clipsculpt::pipeline::{ModelChoice, RunSettings, SettingsFile};
 
@@ -24,6 +24,55 @@ fn d() -> RunSettings {
 fn formats_help() -> String {
     let list: Vec<String> = d().formats.iter().map(Format::to_string).collect();
     with_default("Output files: glb, ply, obj, png, gif", list.join(","))
+}
+
+/// A number or none (`full`, `none`, `off`), as an option's value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OrNone<T>(Option<T>);
+
+/// `N`, or `full`/`none`/`off` for none.
+fn parse_limit<T: std::str::FromStr>(s: &str) -> Result<OrNone<T>, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "full" | "none" | "off" => Ok(OrNone(None)),
+        t => t
+            .parse()
+            .map(|v| OrNone(Some(v)))
+            .map_err(|_| format!("{s:?} is not a number (or none)")),
+    }
+}
+
+/// A default that may be "none", in help text.
+fn or_none(v: Option<impl std::fmt::Display>) -> String {
+    v.map_or("none".into(), |v| v.to_string())
+}
+
+fn a() -> AssetOptions {
+    AssetOptions::default()
+}
+
+/// What the exported mesh becomes (`generate`, `batch`, `export`; `docs/mesh.md`). Smoothing, off by
+/// default, is set with `--settings` (`"smooth": N`) or `export --smooth`.
+#[derive(Debug, Clone, ClapArgs)]
+pub(super) struct AssetArgs {
+    #[arg(long, help_heading = "Mesh", value_parser = parse_limit::<usize>, help = with_default(
+        "Simplify the mesh to about N triangles (full: as extracted)", or_none(a().faces)))]
+    faces: Option<OrNone<usize>>,
+    #[arg(long, value_name = "SIZE", help_heading = "Mesh", value_parser = parse_limit::<u32>,
+        help = with_default("Bake the colour into a SIZE² PNG texture (GLB and OBJ)", or_none(a().texture)))]
+    texture: Option<OrNone<u32>>,
+    #[arg(long, value_name = "METRES", help_heading = "Mesh", allow_negative_numbers = true,
+        value_parser = parse_limit::<f32>, help = with_default(
+        "Height of the object, origin at its base centre (none: the field's units)", or_none(a().height)))]
+    height: Option<OrNone<f32>>,
+}
+
+impl AssetArgs {
+    /// `opts` with the options given here.
+    pub(crate) fn apply(&self, opts: &mut AssetOptions) {
+        set(&mut opts.faces, self.faces.map(|v| v.0));
+        set(&mut opts.texture, self.texture.map(|v| v.0));
+        set(&mut opts.height, self.height.map(|v| v.0));
+    }
 }
 
 /// Which models to use (`generate`, `batch`, `sample`, `export`).
@@ -88,6 +137,8 @@ pub(super) struct GenerateArgs {
     #[arg(long, help_heading = "Output", help = with_default(
         "Marching-cubes grid of the mesh (8..=512)", d().grid))]
     grid: Option<usize>,
+    #[command(flatten)]
+    asset: AssetArgs,
 }
 
 impl GenerateArgs {
@@ -124,6 +175,7 @@ impl GenerateArgs {
         set(&mut s.prior_steps, self.prior_steps);
         set(&mut s.formats, self.formats.clone());
         set(&mut s.grid, self.grid);
+        self.asset.apply(&mut s.asset);
         if let Some(budget) = self.memory_budget {
             s.fit_memory_budget(budget)?;
         }

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args as ClapArgs;
 
-use crate::args::ModelArgs;
+use crate::args::{AssetArgs, ModelArgs};
 use crate::context::{in_private, Context};
 use crate::EXIT_OK;
 use clipsculpt::atomic::OutputDir;
-use clipsculpt::mesh::{self, Format, IsoRule, Level};
+use clipsculpt::mesh::{self, AssetOptions, Format, IsoRule, Level};
 use clipsculpt::models::ModelKind;
 use clipsculpt::pipeline::LatentField;
 use clipsculpt::shap_e::{load_latent, Decoder};
@@ -39,12 +39,26 @@ pub(super) struct Export {
     /// Replace mesh files of the same names already in the output folder.
     #[arg(long)]
     overwrite: bool,
+    #[command(flatten)]
+    asset: AssetArgs,
+    /// Taubin smoothing iterations before simplifying [default: 0]
+    #[arg(long, value_name = "N", help_heading = "Mesh")]
+    smooth: Option<usize>,
 }
 
 impl Export {
     pub(crate) fn run(self, cx: &Context) -> anyhow::Result<ExitCode> {
         if let Some(level) = self.level.filter(|l| !l.is_finite() || l.abs() >= 1.0) {
             anyhow::bail!("--level must lie within −1..1 (the field is a tanh), not {level}");
+        }
+        let mut asset = AssetOptions::default();
+        self.asset.apply(&mut asset);
+        asset.smooth = self.smooth.unwrap_or(asset.smooth);
+        asset
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid settings: {e}"))?;
+        if asset.texture.is_some() && !self.formats.iter().any(|f| f.carries_texture()) {
+            anyhow::bail!("--texture needs glb or obj among --formats");
         }
         let device = cx.open_device()?;
         let z = load_latent(&self.latent, &device)?;
@@ -54,19 +68,17 @@ impl Export {
         let out = self
             .out
             .unwrap_or_else(|| self.latent.parent().map(PathBuf::from).unwrap_or_default());
-        let names: Vec<String> = self.formats.iter().map(|f| f.file_name("mesh")).collect();
+        let textured = asset.texture.is_some();
+        let names: Vec<String> = (self.formats.iter())
+            .flat_map(|f| f.file_names("mesh", textured))
+            .collect();
         let dir = OutputDir::files(&out, &names, self.overwrite)?;
         let iso = in_private(&dir, |work| {
             let field = LatentField::new(&decoder, &z)?;
             let level = self.level.map_or(Level::FromField, Level::Fixed);
+            let formats = &self.formats;
             let r = mesh::export_field(
-                &field,
-                &device,
-                self.grid,
-                level,
-                &self.formats,
-                work,
-                "mesh",
+                &field, &device, self.grid, level, &asset, formats, work, "mesh",
             )?;
             Ok(r.iso)
         })?;

@@ -33,8 +33,19 @@ fn help_lists_every_subcommand_and_exit_codes() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     let every = [
-        "generate", "batch", "sample", "export", "info", "download", "preview", "gallery", "vary",
-        "edit", "blend", "blender-addon", "help",
+        "generate",
+        "batch",
+        "sample",
+        "export",
+        "info",
+        "download",
+        "preview",
+        "gallery",
+        "vary",
+        "edit",
+        "blend",
+        "blender-addon",
+        "help",
     ];
     assert_eq!(listed, every, "{out}");
     assert!(out.contains("Exit codes"));
@@ -211,6 +222,56 @@ fn bad_inputs_give_one_line_errors_and_no_output() {
         ),
         "unwritable output",
     );
+}
+
+/// Bad mesh options are refused before any work, with one line, exit code 2 and no output: a face count of 0
+/// or 3, a texture of 100000 texels, a negative height, a texture on a run that writes no mesh file; `export`
+/// and `batch` refuse them the same way.
+#[test]
+fn bad_mesh_options_are_one_line_errors_and_write_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let o = out.to_str().unwrap();
+    for (bad, names) in [
+        (&["--faces", "0"][..], "faces 0"),
+        (&["--faces", "3"], "faces 3"),
+        (&["--texture", "100000"], "texture 100000"),
+        (&["--height", "-1"], "height -1"),
+        (&["--texture", "512", "--formats", "png,ply"], "glb or obj"),
+    ] {
+        let mut args = with_fast(&["generate", "a red cube", "--out", o]);
+        args.extend_from_slice(bad);
+        let r = clipsculpt(&args, &[]);
+        one_line_error(&r, names);
+        assert!(stderr(&r).contains(names), "{names}: {}", stderr(&r));
+        assert!(!out.exists(), "{names}: output written");
+    }
+    let prompts = d.path().join("p.txt");
+    std::fs::write(&prompts, "a red cube\n").unwrap();
+    let r = clipsculpt(
+        &with_fast(&[
+            "batch",
+            prompts.to_str().unwrap(),
+            "--faces",
+            "3",
+            "--out",
+            o,
+        ]),
+        &[],
+    );
+    one_line_error(&r, "batch --faces 3");
+    assert!(!out.exists(), "batch: output written");
+    let latent = d.path().join("z.safetensors");
+    std::fs::write(&latent, b"not read").unwrap();
+    for bad in [
+        &["--texture", "100000"][..],
+        &["--texture", "64", "--formats", "ply"],
+    ] {
+        let mut args = vec!["export", latent.to_str().unwrap(), "--out", o];
+        args.extend_from_slice(bad);
+        one_line_error(&clipsculpt(&args, &[]), "export");
+        assert!(!out.exists(), "export {bad:?}: output written");
+    }
 }
 
 /// What every `generate` run writes besides its mesh files.
@@ -523,7 +584,7 @@ fn a_closed_pipe_ends_output_quietly() {
     );
 }
 
-/// `generate --help` shows at most 20 options, under the product's headings.
+/// `generate --help` shows at most 22 options (20 before the Mesh heading's three), under the product's headings.
 #[test]
 fn generate_help_is_short_and_grouped() {
     let o = clipsculpt(&["generate", "--help"], &[]);
@@ -533,12 +594,13 @@ fn generate_help_is_short_and_grouped() {
         .lines()
         .filter(|l| l.trim_start().starts_with('-'))
         .count();
-    assert!(options <= 20, "{options} options:\n{out}");
+    assert!(options <= 22, "{options} options:\n{out}");
     for heading in [
         "Models:",
         "Guidance:",
         "Memory and speed:",
         "Output:",
+        "Mesh:",
         "Blender:",
     ] {
         assert!(out.contains(heading), "no {heading} in\n{out}");

@@ -17,7 +17,17 @@ fn toy_run(dir: &Path, prompt: &str, radius: f32, colour: [f32; 3], score: f64) 
     fs::create_dir_all(dir).unwrap();
     let ball = FnField(move |p: [f32; 3]| (shapes::sphere(p, [0.0; 3], radius), colour));
     let formats = [Format::Glb, Format::PreviewPng];
-    export_field(&ball, &Device::Cpu, 24, 0.0, &formats, dir, "mesh").unwrap();
+    export_field(
+        &ball,
+        &Device::Cpu,
+        24,
+        0.0,
+        &clipsculpt::mesh::AssetOptions::default(),
+        &formats,
+        dir,
+        "mesh",
+    )
+    .unwrap();
     let report = serde_json::json!({
         "prompt": prompt,
         "settings": {"seed": 7, "mode": "sampling"},

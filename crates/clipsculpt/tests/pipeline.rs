@@ -5,7 +5,7 @@ use anyhow::Result;
 use candle_core::Device;
 use clipsculpt::autodiff::checkpoint::Policy;
 use clipsculpt::guide::{EndToEndGuidance, Explore, GuideMode, GuideSettings, SamplingGuidance};
-use clipsculpt::mesh::Format;
+use clipsculpt::mesh::{AssetOptions, Format};
 use clipsculpt::pipeline::{generate, Models, Report, RunContext, RunSettings};
 use clipsculpt::random::{toy_clip_config, write_random_clip, write_random_shap_e, ShapESizes};
 
@@ -76,6 +76,7 @@ fn keep_margin_keeps_the_start_unless_beaten() -> Result<()> {
             grid: 16,
             preview_size: 8,
             formats: vec![Format::Ply],
+            asset: AssetOptions::default(),
         };
         let out = dir.path().join(format!("out-{keep_margin}"));
         generate(
@@ -128,6 +129,7 @@ fn guided_run(models: &Models, out: &std::path::Path, lr: f64) -> Result<Report>
         grid: 20,
         preview_size: 8,
         formats: Format::DEFAULT.to_vec(),
+        asset: AssetOptions::default(),
     };
     generate(
         &RunContext::new(models, &s, &Device::Cpu),
@@ -281,6 +283,7 @@ fn guided_sampling_run_records_its_trace() -> Result<()> {
         grid: 20,
         preview_size: 8,
         formats: vec![Format::Ply],
+        asset: AssetOptions::default(),
     };
     let out = dir.path().join("out");
     let report = generate(

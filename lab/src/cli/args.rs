@@ -251,6 +251,7 @@ impl GenerateArgs {
             grid: a.grid,
             preview_size: a.preview_size.clamp(8, 512),
             formats: a.formats.clone(),
+            asset: clipsculpt::mesh::AssetOptions::default(),
         };
         run.validate()?;
         Ok(run)

@@ -35,7 +35,7 @@ pub fn mesh_images(mesh: &Mesh, side: usize, device: &Device) -> Result<Tensor> 
             azimuth: -held_aside_azimuth(i),
             elevation: HELD_ASIDE_ELEVATION,
         };
-        let img = render_framed(mesh, view, side as u32, &frame);
+        let img = render_framed(mesh, None, view, side as u32, &frame);
         for c in 0..3 {
             values.extend(img.pixels().map(|p| f32::from(p.0[c]) / 255.0));
         }

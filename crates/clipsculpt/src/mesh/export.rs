@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use candle_core::Device;
 
+use super::asset::{self, Asset, AssetOptions, AssetReport};
 use super::error::ExportError;
 use super::field::{sample_colours, sample_grid, Field, DEFAULT_CHUNK};
 use super::grid::Bounds;
@@ -72,6 +73,20 @@ impl Format {
             Self::PreviewGif => format!("{stem}_turntable.gif"),
         }
     }
+
+    /// Every file this format writes for `stem`: a textured OBJ brings its MTL and PNG.
+    pub fn file_names(self, stem: &str, textured: bool) -> Vec<String> {
+        let mut names = vec![self.file_name(stem)];
+        if self == Self::Obj && textured {
+            names.extend([format!("{stem}.mtl"), obj::texture_file_name(stem)]);
+        }
+        names
+    }
+
+    /// Whether the format is a mesh file (what a texture needs: GLB or OBJ carry it).
+    pub fn carries_texture(self) -> bool {
+        matches!(self, Self::Glb | Self::Obj)
+    }
 }
 
 /// Preview tile / GIF frame size in pixels.
@@ -79,10 +94,10 @@ pub(crate) const PREVIEW_SIZE: u32 = 256;
 /// Frames of the turntable GIF.
 pub(crate) const GIF_FRAMES: u32 = 24;
 
-/// Writes `mesh` in each of `formats` to `out_dir/<stem>…` (creating `out_dir`), each file atomically.
-/// Returns the paths written, in the order of `formats`.
+/// Writes `asset` in each of `formats` to `out_dir/<stem>…` (creating `out_dir`), each file atomically.
+/// Returns the paths written, in the order of `formats` (a textured OBJ's MTL and PNG after it).
 pub(crate) fn write_all(
-    mesh: &Mesh,
+    asset: &Asset,
     out_dir: &Path,
     stem: &str,
     formats: &[Format],
@@ -93,21 +108,27 @@ pub(crate) fn write_all(
             reason: format!("{stem:?}: need a plain file name without separators or a leading dot"),
         });
     }
+    let (mesh, texture) = (&asset.mesh, asset.texture.as_ref());
     mesh.validate()?;
+    if let Some(t) = texture {
+        t.validate(mesh.positions.len())?;
+    }
     std::fs::create_dir_all(out_dir).map_err(ExportError::io(out_dir))?;
     let mut written = Vec::with_capacity(formats.len());
     for &format in formats {
         let path = out_dir.join(format.file_name(stem));
+        let mut companions = Vec::new();
         match format {
-            Format::Glb => glb::write_glb(mesh, &path)?,
+            Format::Glb => glb::write_glb(mesh, texture, &path)?,
             Format::Ply => ply::write_ply(mesh, &path)?,
-            Format::Obj => obj::write_obj(mesh, &path)?,
-            Format::PreviewPng => preview::write_contact_sheet(mesh, &path, PREVIEW_SIZE)?,
+            Format::Obj => companions = obj::write_obj(mesh, texture, &path)?,
+            Format::PreviewPng => preview::write_contact_sheet(asset, &path, PREVIEW_SIZE)?,
             Format::PreviewGif => {
-                preview::write_turntable_gif(mesh, &path, PREVIEW_SIZE, GIF_FRAMES)?
+                preview::write_turntable_gif(asset, &path, PREVIEW_SIZE, GIF_FRAMES)?
             }
         }
         written.push(path);
+        written.extend(companions);
     }
     Ok(written)
 }
@@ -141,15 +162,20 @@ impl Default for ExportSettings {
 pub struct ExportReport {
     /// Files written, in the order of the requested formats.
     pub files: Vec<PathBuf>,
-    /// Quality measures of the mesh (watertight, volume, Euler χ…).
+    /// Quality measures of the mesh as extracted (watertight, volume, Euler χ…).
     pub stats: MeshStats,
     /// The iso level it was extracted at, and how that was chosen.
     pub iso: Iso,
     /// The extracted, coloured mesh (field coordinates, +Z up), for scoring its views.
     pub mesh: Mesh,
+    /// Quality measures of the exported mesh (after smoothing, simplification, UV seams).
+    pub asset_stats: MeshStats,
+    /// What the asset stage did (simplification, texture, size).
+    pub asset: AssetReport,
     /// Memory right before grid sampling.
     pub(crate) memory_before: MemoryReport,
-    /// Seconds spent sampling the grid, extracting the surface, colouring the vertices and writing files.
+    /// Seconds spent sampling the grid, extracting the surface, colouring the vertices (and building the asset:
+    /// its own split is in [`AssetReport::seconds`]) and writing files.
     pub(crate) seconds: [f64; 4],
     /// Seconds spent writing each file, in the order of the requested formats.
     pub(crate) format_seconds: Vec<(Format, f64)>,
@@ -157,17 +183,22 @@ pub struct ExportReport {
 
 /// Samples `field` on a `grid_size`³ grid over Shap-E's [−1, 1]³, extracts the surface at iso
 /// `level` (a fixed level, 0 for Shap-E's tanh SDF, positive inside; or [`Level::FromField`], the
-/// rule of [`iso`]; [`McMode::Exact`]), colours the vertices from
-/// the field and writes `formats` to `out_dir/<stem>…`.
+/// rule of [`iso`]; [`McMode::Exact`]), colours the vertices from the field, makes the asset `asset`
+/// asks for (smoothing, simplification, texture, size; [`AssetOptions::RAW`] keeps the mesh as
+/// extracted) and writes `formats` to `out_dir/<stem>…`.
 ///
 /// Call it after dropping optimisation state (optimiser moments, saved activations): the field is evaluated with
 /// plain tensors, `chunk` points at a time, on `device`. Errors name the failing input:
 /// [`ExportError::EmptySurface`] when the field is nowhere positive, [`ExportError::Io`] with the path, etc.
+// The grid, the level, the asset options and the outputs are each a caller's choice (`generate` and `export` set
+// them from different places).
+#[allow(clippy::too_many_arguments)]
 pub fn export_field(
     field: &dyn Field,
     device: &Device,
     grid_size: usize,
     level: impl Into<Level>,
+    asset: &AssetOptions,
     formats: &[Format],
     out_dir: &Path,
     stem: &str,
@@ -197,23 +228,28 @@ pub fn export_field(
     drop(grid);
     let t2 = Instant::now();
     mesh.colours = sample_colours(field, device, &mesh.positions, settings.chunk)?;
+    let stats = mesh.stats();
+    let extracted = mesh.clone();
+    let (built, asset_report) = asset::build(mesh, field, device, asset, settings.chunk)?;
     let t3 = Instant::now();
     // Checks the stem and the mesh once, then writes and times one format at a time.
-    write_all(&mesh, out_dir, stem, &[])?;
+    write_all(&built, out_dir, stem, &[])?;
     let mut files = Vec::with_capacity(formats.len());
     let mut format_seconds = Vec::with_capacity(formats.len());
     for &format in formats {
         let t = Instant::now();
-        files.extend(write_all(&mesh, out_dir, stem, &[format])?);
+        files.extend(write_all(&built, out_dir, stem, &[format])?);
         format_seconds.push((format, t.elapsed().as_secs_f64()));
     }
     let t4 = Instant::now();
     let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
     Ok(ExportReport {
         files,
-        stats: mesh.stats(),
+        stats,
         iso,
-        mesh,
+        mesh: extracted,
+        asset_stats: built.mesh.stats(),
+        asset: asset_report,
         memory_before,
         seconds: [secs(t0, t1), secs(t1, t2), secs(t2, t3), secs(t3, t4)],
         format_seconds,
@@ -231,7 +267,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let field = FnField(|p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.6), [1.0, 0.5, 0.0]));
         let formats = [Format::Glb, Format::Ply, Format::Obj, Format::PreviewPng];
-        let r = export_field(&field, &Device::Cpu, 24, 0.0, &formats, dir.path(), "ball").unwrap();
+        let r = export_field(
+            &field,
+            &Device::Cpu,
+            24,
+            0.0,
+            &AssetOptions::RAW,
+            &formats,
+            dir.path(),
+            "ball",
+        )
+        .unwrap();
         assert!(r.stats.is_clean_solid(), "{:?}", r.stats);
         let names: Vec<_> = r
             .files
@@ -255,6 +301,7 @@ mod tests {
                 &Device::Cpu,
                 8,
                 0.0,
+                &AssetOptions::RAW,
                 &[Format::Glb],
                 dir.path(),
                 stem,
@@ -280,6 +327,7 @@ mod tests {
                 &Device::Cpu,
                 24,
                 level,
+                &AssetOptions::RAW,
                 &[Format::Ply],
                 dir.path(),
                 "x",

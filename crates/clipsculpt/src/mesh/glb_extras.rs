@@ -84,7 +84,7 @@ mod tests {
         let g = Grid::from_fn(12, Bounds::SHAP_E, |p| shapes::sphere(p, [0.0; 3], 0.6))?;
         let mut m = marching_cubes(&g, &McOptions::default())?;
         m.colours = vec![[0.2, 0.4, 0.6]; m.positions.len()];
-        let plain = to_glb(&m, "ball")?;
+        let plain = to_glb(&m, None, "ball")?;
         assert_eq!(read_extras(&plain)?, None);
         let extras = serde_json::json!({"clipsculpt": {"prompt": "a ball", "seed": 3}});
         let stamped = with_extras(&plain, extras.clone())?;

@@ -100,7 +100,16 @@ mod tests {
     fn the_rule_meshes_a_field_with_no_surface_at_zero() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
         let export = |f: &dyn crate::mesh::Field, level: Level| {
-            export_field(f, &Device::Cpu, 24, level, &[Format::Ply], dir.path(), "x")
+            export_field(
+                f,
+                &Device::Cpu,
+                24,
+                level,
+                &crate::mesh::AssetOptions::RAW,
+                &[Format::Ply],
+                dir.path(),
+                "x",
+            )
         };
         let lifted = FnField(|p: [f32; 3]| (shapes::sphere(p, [0.0; 3], 0.5) + 2.0, [0.0; 3]));
         let r = export(&lifted, Level::FromField)?;

@@ -203,7 +203,7 @@ pub(crate) fn dot3(a: [f64; 3], b: [f64; 3]) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Unit tetrahedron (0,0,0), (1,0,0), (0,1,0), (0,0,1), wound outward: volume 1/6, χ = 4 − 6 + 4 = 2.

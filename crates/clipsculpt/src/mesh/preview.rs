@@ -7,8 +7,8 @@ use image::codecs::gif::{GifEncoder, Repeat};
 use image::codecs::png::PngEncoder;
 use image::{Delay, Frame, ImageEncoder, RgbImage, RgbaImage};
 
+use super::asset::Asset;
 use super::error::ExportError;
-use super::mesh::Mesh;
 use super::raster::{render, View};
 use crate::atomic::{write_atomic, write_atomic_with};
 
@@ -27,11 +27,16 @@ fn turntable(k: u32, count: u32) -> View {
 }
 
 /// Renders [`SHEET_VIEWS`] turntable views (45° apart, starting at the front) into a 4×2 sheet of `tile`-pixel tiles.
-pub(crate) fn contact_sheet(mesh: &Mesh, tile: u32) -> RgbImage {
+pub(crate) fn contact_sheet(asset: &Asset, tile: u32) -> RgbImage {
     let rows = SHEET_VIEWS.div_ceil(SHEET_COLUMNS);
     let mut sheet = RgbImage::new(tile * SHEET_COLUMNS, tile * rows);
     for k in 0..SHEET_VIEWS {
-        let img = render(mesh, turntable(k, SHEET_VIEWS), tile);
+        let img = render(
+            &asset.mesh,
+            asset.texture.as_ref(),
+            turntable(k, SHEET_VIEWS),
+            tile,
+        );
         image::imageops::replace(
             &mut sheet,
             &img,
@@ -43,8 +48,12 @@ pub(crate) fn contact_sheet(mesh: &Mesh, tile: u32) -> RgbImage {
 }
 
 /// Writes the contact sheet as PNG, atomically.
-pub(crate) fn write_contact_sheet(mesh: &Mesh, path: &Path, tile: u32) -> Result<(), ExportError> {
-    let sheet = contact_sheet(mesh, tile);
+pub(crate) fn write_contact_sheet(
+    asset: &Asset,
+    path: &Path,
+    tile: u32,
+) -> Result<(), ExportError> {
+    let sheet = contact_sheet(asset, tile);
     let mut png = Vec::new();
     PngEncoder::new(&mut png)
         .write_image(
@@ -62,14 +71,15 @@ pub(crate) fn write_contact_sheet(mesh: &Mesh, path: &Path, tile: u32) -> Result
 
 /// Writes a looping turntable GIF of `frames` views at `size` pixels, atomically.
 pub(crate) fn write_turntable_gif(
-    mesh: &Mesh,
+    asset: &Asset,
     path: &Path,
     size: u32,
     frames: u32,
 ) -> Result<(), ExportError> {
     let frames: Vec<Frame> = (0..frames.max(1))
         .map(|k| {
-            let rgb = render(mesh, turntable(k, frames.max(1)), size);
+            let view = turntable(k, frames.max(1));
+            let rgb = render(&asset.mesh, asset.texture.as_ref(), view, size);
             let rgba = RgbaImage::from_fn(size, size, |x, y| {
                 let p = rgb.get_pixel(x, y).0;
                 image::Rgba([p[0], p[1], p[2], 255])
@@ -104,11 +114,14 @@ mod tests {
     use crate::mesh::marching_cubes::{marching_cubes, McOptions};
     use crate::mesh::shapes;
 
-    fn red_sphere() -> Mesh {
+    fn red_sphere() -> Asset {
         let g = Grid::from_fn(24, Bounds::SHAP_E, |p| shapes::sphere(p, [0.0; 3], 0.7)).unwrap();
         let mut m = marching_cubes(&g, &McOptions::default()).unwrap();
         m.colours.iter_mut().for_each(|c| *c = [1.0, 0.0, 0.0]);
-        m
+        Asset {
+            mesh: m,
+            texture: None,
+        }
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! A small CPU z-buffer rasteriser: orthographic turntable views of a [`Mesh`] with Lambert shading and vertex
-//! colours (Gouraud: shaded per vertex, interpolated per pixel). For previews only, not for optimisation.
+//! colours (Gouraud: shaded per vertex, interpolated per pixel), or the colours of its [`Texture`] (sampled
+//! bilinearly per pixel, times the interpolated shading). For previews only, not for optimisation.
 
 use image::{Rgb, RgbImage};
 
-use super::colour::linear_to_srgb;
+use super::colour::{linear_to_srgb, srgb_to_linear};
 use super::mesh::Mesh;
+use super::texture::Texture;
 
 /// Background of preview images (sRGB).
 pub(crate) const BACKGROUND: Rgb<u8> = Rgb([235, 235, 240]);
@@ -32,8 +34,9 @@ pub(crate) struct Frame {
     pub(crate) lit: bool,
 }
 
-/// Renders `mesh` from `view` into a `size`×`size` image (orthographic, the bounding sphere fills the frame).
-pub(crate) fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
+/// Renders `mesh` (coloured by `texture` when given) from `view` into a `size`×`size` image (orthographic, the
+/// bounding sphere fills the frame).
+pub(crate) fn render(mesh: &Mesh, texture: Option<&Texture>, view: View, size: u32) -> RgbImage {
     if mesh.positions.is_empty() || size == 0 {
         return RgbImage::from_pixel(size, size, BACKGROUND);
     }
@@ -52,11 +55,18 @@ pub(crate) fn render(mesh: &Mesh, view: View, size: u32) -> RgbImage {
         background: BACKGROUND,
         lit: true,
     };
-    render_framed(mesh, view, size, &frame)
+    render_framed(mesh, texture, view, size, &frame)
 }
 
-/// Renders `mesh` from `view` into a `size`×`size` image of `frame` (orthographic).
-pub(crate) fn render_framed(mesh: &Mesh, view: View, size: u32, frame: &Frame) -> RgbImage {
+/// Renders `mesh` (coloured by `texture` when given) from `view` into a `size`×`size` image of
+/// `frame` (orthographic).
+pub(crate) fn render_framed(
+    mesh: &Mesh,
+    texture: Option<&Texture>,
+    view: View,
+    size: u32,
+    frame: &Frame,
+) -> RgbImage {
     let mut img = RgbImage::from_pixel(size, size, frame.background);
     if mesh.positions.is_empty() || size == 0 {
         return img;
@@ -89,6 +99,7 @@ pub(crate) fn render_framed(mesh: &Mesh, view: View, size: u32, frame: &Frame) -
         ]
     };
     let screen: Vec<[f32; 3]> = mesh.positions.iter().map(|&p| project(p)).collect();
+    // Per vertex: the shaded colour (untextured) or the shading alone (textured, colour per pixel).
     let shade: Vec<[f32; 3]> = mesh
         .normals
         .iter()
@@ -99,9 +110,19 @@ pub(crate) fn render_framed(mesh: &Mesh, view: View, size: u32, frame: &Frame) -
             } else {
                 1.0
             };
-            c.map(|ch| ch * lambert)
+            match texture {
+                None => c.map(|ch| ch * lambert),
+                Some(_) => [lambert; 3],
+            }
         })
         .collect();
+    let linear_texels: Option<Vec<f32>> = texture.map(|t| {
+        t.image
+            .as_raw()
+            .iter()
+            .map(|&b| srgb_to_linear(f32::from(b) / 255.0))
+            .collect()
+    });
 
     let mut depth = vec![f32::INFINITY; (size * size) as usize];
     for t in &mesh.faces {
@@ -131,8 +152,18 @@ pub(crate) fn render_framed(mesh: &Mesh, view: View, size: u32, frame: &Frame) -
                 let slot = &mut depth[(y * size + x) as usize];
                 if z < *slot {
                     *slot = z;
+                    let albedo = match (texture, &linear_texels) {
+                        (Some(tex), Some(texels)) => {
+                            let uv = [0, 1].map(|k| {
+                                let [ua, ub, uc] = t.map(|i| tex.uvs[i as usize][k]);
+                                w0 * ua + w1 * ub + w2 * uc
+                            });
+                            bilinear(texels, tex.image.width(), tex.image.height(), uv)
+                        }
+                        _ => [1.0; 3],
+                    };
                     let rgb = [0, 1, 2].map(|k| {
-                        let lin = w0 * s0[k] + w1 * sb[k] + w2 * sc[k];
+                        let lin = (w0 * s0[k] + w1 * sb[k] + w2 * sc[k]) * albedo[k];
                         (linear_to_srgb(lin) * 255.0).round() as u8
                     });
                     img.put_pixel(x, y, Rgb(rgb));
@@ -141,6 +172,21 @@ pub(crate) fn render_framed(mesh: &Mesh, view: View, size: u32, frame: &Frame) -
         }
     }
     img
+}
+
+/// Bilinear sample (clamped at the borders) of linear RGB `texels` (`w`×`h`, rows top down) at glTF `uv`.
+pub(crate) fn bilinear(texels: &[f32], w: u32, h: u32, uv: [f32; 2]) -> [f32; 3] {
+    let x = (uv[0] * w as f32 - 0.5).clamp(0.0, (w - 1) as f32);
+    let y = (uv[1] * h as f32 - 0.5).clamp(0.0, (h - 1) as f32);
+    let (x0, y0) = (x.floor() as u32, y.floor() as u32);
+    let (x1, y1) = ((x0 + 1).min(w - 1), (y0 + 1).min(h - 1));
+    let (fx, fy) = (x - x0 as f32, y - y0 as f32);
+    let at = |x: u32, y: u32, k: usize| texels[((y * w + x) * 3) as usize + k];
+    [0, 1, 2].map(|k| {
+        let top = at(x0, y0, k) * (1.0 - fx) + at(x1, y0, k) * fx;
+        let bottom = at(x0, y1, k) * (1.0 - fx) + at(x1, y1, k) * fx;
+        top * (1.0 - fy) + bottom * fy
+    })
 }
 
 fn edge(a: [f32; 3], b: [f32; 3], p: [f32; 3]) -> f32 {

@@ -129,18 +129,29 @@ pub fn write_blend(
         save_latent(&latent_file, &z)
             .with_context(|| format!("writing {}", latent_file.display()))?;
         let field = LatentField::new(decoder, &z)?;
-        let (stats, no_mesh) =
-            match mesh::export_field(&field, device, s.grid, 0.0, &s.formats, &dir, "mesh") {
-                Ok(r) => (Some(r.stats), None),
-                Err(
-                    e @ (ExportError::EmptySurface { .. } | ExportError::NonFiniteField { .. }),
-                ) => (None, Some(e.to_string())),
-                Err(e) => return Err(e).with_context(|| format!("exporting the mesh of step {i}")),
-            };
-        tiles.push(match no_mesh {
-            None => {
-                mesh::raster::render(&extract_mesh(decoder, &z, s.grid, device)?, front(), TILE)
+        let (stats, no_mesh) = match mesh::export_field(
+            &field,
+            device,
+            s.grid,
+            mesh::Level::FromField,
+            &s.asset,
+            &s.formats,
+            &dir,
+            "mesh",
+        ) {
+            Ok(r) => (Some(r.stats), None),
+            Err(e @ (ExportError::EmptySurface { .. } | ExportError::NonFiniteField { .. })) => {
+                (None, Some(e.to_string()))
             }
+            Err(e) => return Err(e).with_context(|| format!("exporting the mesh of step {i}")),
+        };
+        tiles.push(match no_mesh {
+            None => mesh::raster::render(
+                &extract_mesh(decoder, &z, s.grid, device)?,
+                None,
+                front(),
+                TILE,
+            ),
             Some(_) => RgbImage::from_pixel(TILE, TILE, image::Rgb([90, 90, 90])),
         });
         let report = BlendStep {

@@ -11,8 +11,8 @@ use super::lineage::Lineage;
 use super::mesh::LatentField;
 use super::models::{Guided, Models};
 use super::observer::{Observer, Progress};
-use super::renoise::Renoise;
 use super::provenance::{latent_sha256, Provenance};
+use super::renoise::Renoise;
 use super::report::{ExportMemory, Report, ReportSettings};
 use super::settings::RunSettings;
 use super::stages::{stage, StageRecorder};
@@ -144,7 +144,9 @@ fn export_mesh(
     prompt: &str,
 ) -> Result<std::result::Result<ExportReport, String>> {
     let level = mesh::Level::FromField;
-    match mesh::export_field(field, device, s.grid, level, &s.formats, out_dir, "mesh") {
+    match mesh::export_field(
+        field, device, s.grid, level, &s.asset, &s.formats, out_dir, "mesh",
+    ) {
         Ok(report) => Ok(Ok(report)),
         Err(e @ (ExportError::EmptySurface { .. } | ExportError::NonFiniteField { .. })) => {
             Ok(Err(e.to_string()))
@@ -394,6 +396,8 @@ impl Outcome<'_> {
             iso_level: export.as_ref().map(|e| e.iso.level),
             iso_rule: export.as_ref().map(|e| e.iso.rule),
             latent_sha256,
+            asset: export.as_ref().map(|e| e.asset.clone()),
+            asset_mesh: export.as_ref().map(|e| e.asset_stats),
             mesh: export.map(|e| e.stats),
             no_mesh,
             files,

@@ -231,6 +231,10 @@ pub struct Report {
     pub latent_sha256: String,
     /// Mesh statistics (`None` when the latent has no surface to extract).
     pub mesh: Option<mesh::MeshStats>,
+    /// The exported mesh's measures (after smoothing, simplification and UV seams).
+    pub asset_mesh: Option<mesh::MeshStats>,
+    /// What the asset stage did: faces before and after simplification and its error, texture, size.
+    pub asset: Option<mesh::AssetReport>,
     /// Why the run wrote no mesh (the latent's field has no surface, or is not finite), when it did not.
     pub no_mesh: Option<String>,
     /// Files written.

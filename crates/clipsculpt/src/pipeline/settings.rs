@@ -11,7 +11,7 @@ use crate::autodiff::checkpoint::Policy;
 use crate::guide::{
     EndToEndGuidance, GuideMode, GuideSettings, SamplingGuidance, AUTO_RESOLUTION_MAX,
 };
-use crate::mesh::{glb_extras, Format};
+use crate::mesh::{glb_extras, AssetOptions, Format};
 use crate::models::ModelSpec;
 
 /// Which models a run uses, as their specs: `toy` (embedded), a hub id, or a folder.
@@ -75,6 +75,9 @@ pub struct RunSettings {
     pub preview_size: usize,
     /// Output formats.
     pub formats: Vec<Format>,
+    /// What the exported mesh becomes: face count, texture, smoothing, height.
+    #[serde(flatten)]
+    pub asset: AssetOptions,
 }
 
 impl Default for RunSettings {
@@ -92,6 +95,7 @@ impl Default for RunSettings {
             grid: 96,
             preview_size: 48,
             formats: Format::DEFAULT.to_vec(),
+            asset: AssetOptions::default(),
         }
     }
 }
@@ -157,6 +161,10 @@ impl RunSettings {
         }
         if g.views == 0 || !(8..=512).contains(&self.grid) {
             bail!("views must be at least 1 and grid within 8..=512");
+        }
+        self.asset.validate().map_err(anyhow::Error::msg)?;
+        if self.asset.texture.is_some() && !self.formats.iter().any(|f| f.carries_texture()) {
+            bail!("texture needs a mesh format that carries one (glb or obj) among the formats");
         }
         if !(8..=512).contains(&self.preview_size) {
             bail!("preview_size must be within 8..=512");
@@ -373,6 +381,13 @@ mod tests {
             (r#"{"candidates": 0}"#, "candidates"),
             (r#"{"seed": "x"}"#, "seed"),
             (r#"{"sede": 1}"#, "unknown setting sede"),
+            (r#"{"faces": 3}"#, "faces 3"),
+            (r#"{"texture": 100000}"#, "texture 100000"),
+            (r#"{"height": -1}"#, "height -1"),
+            (
+                r#"{"texture": 512, "formats": ["ply", "png"]}"#,
+                "glb or obj",
+            ),
         ] {
             let p = tmp.path().join("bad.json");
             std::fs::write(&p, text).unwrap();

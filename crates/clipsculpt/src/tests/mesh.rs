@@ -5,8 +5,8 @@ use std::path::Path;
 
 use crate::mesh::export::write_all;
 use crate::mesh::{
-    colour, marching_cubes, sample_colours, shapes, Bounds, FnField, Format, Grid, McMode,
-    McOptions, Mesh,
+    asset, colour, marching_cubes, sample_colours, shapes, Asset, AssetOptions, Bounds, FnField,
+    Format, Grid, McMode, McOptions, Mesh,
 };
 use candle_core::Device;
 
@@ -45,7 +45,91 @@ fn export(mesh: &Mesh, dir: &Path) {
         Format::PreviewPng,
         Format::PreviewGif,
     ];
-    write_all(mesh, dir, "torus", &formats).unwrap();
+    let asset = Asset {
+        mesh: mesh.clone(),
+        texture: None,
+    };
+    write_all(&asset, dir, "torus", &formats).unwrap();
+}
+
+/// The untextured GLB's primitive uses a PBR material: white base colour (× COLOR_0), metallic 0.
+#[test]
+fn glb_has_a_material_that_shows_the_vertex_colours() {
+    let dir = tempfile::tempdir().unwrap();
+    export(&coloured_torus(), dir.path());
+    let (doc, _, _) = gltf::import(dir.path().join("torus.glb")).unwrap();
+    let prim = doc.meshes().next().unwrap().primitives().next().unwrap();
+    let pbr = prim.material().pbr_metallic_roughness();
+    assert_eq!(prim.material().index(), Some(0));
+    assert_eq!(pbr.base_color_factor(), [1.0; 4]);
+    assert_eq!(pbr.metallic_factor(), 0.0);
+    assert!((0.5..=1.0).contains(&pbr.roughness_factor()));
+    assert!(pbr.base_color_texture().is_none());
+}
+
+/// A simplified, textured torus written as GLB and OBJ reads back with its material, texture and UVs: the
+/// gltf crate decodes the embedded PNG, tobj finds the MTL's `map_Kd`, and both give the UVs we wrote.
+#[test]
+fn textured_glb_and_obj_read_back_with_material_texture_and_uvs() {
+    let field = FnField(|p: [f32; 3]| {
+        let c = [(p[0] + 1.0) / 2.0, (p[1] + 1.0) / 2.0, 0.3];
+        (shapes::torus(p, 0.5, 0.2), c)
+    });
+    let mesh = coloured_torus();
+    let opts = AssetOptions {
+        faces: Some(1500),
+        texture: Some(128),
+        ..AssetOptions::RAW
+    };
+    let (a, report) = asset::build(mesh, &field, &Device::Cpu, &opts, 4096).unwrap();
+    assert_eq!(report.texture, Some(128));
+    let t = a.texture.as_ref().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_all(&a, dir.path(), "t", &[Format::Glb, Format::Obj]).unwrap();
+    let names: Vec<_> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["t.glb", "t.obj", "t.mtl", "t_texture.png"]);
+    let (doc, buffers, images) = gltf::import(dir.path().join("t.glb")).unwrap();
+    let prim = doc.meshes().next().unwrap().primitives().next().unwrap();
+    let info = prim
+        .material()
+        .pbr_metallic_roughness()
+        .base_color_texture()
+        .expect("a base colour texture");
+    assert_eq!(info.tex_coord(), 0);
+    let img = &images[info.texture().source().index()];
+    assert_eq!((img.width, img.height), (128, 128));
+    assert_eq!(img.pixels, t.image.as_raw().clone());
+    let reader = prim.reader(|b| Some(&buffers[b.index()]));
+    let uvs: Vec<[f32; 2]> = reader.read_tex_coords(0).unwrap().into_f32().collect();
+    assert_eq!(uvs, t.uvs);
+    assert!(
+        reader.read_colors(0).is_none(),
+        "COLOR_0 would tint the texture"
+    );
+    let (models, materials) = tobj::load_obj(
+        dir.path().join("t.obj"),
+        &tobj::LoadOptions {
+            single_index: true,
+            ..tobj::LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let materials = materials.unwrap();
+    assert_eq!(
+        materials[0].diffuse_texture.as_deref(),
+        Some("t_texture.png")
+    );
+    let m = &models[0].mesh;
+    // tobj renumbers vertices in order of first use, so compare corner by corner; OBJ's v runs up.
+    assert_eq!(m.indices.len(), a.mesh.faces.len() * 3);
+    for (&theirs, &ours) in m.indices.iter().zip(a.mesh.faces.iter().flatten()) {
+        let (i, [u, v]) = (theirs as usize, t.uvs[ours as usize]);
+        assert!((m.texcoords[2 * i] - u).abs() < 1e-6, "u {u}");
+        assert!((m.texcoords[2 * i + 1] - (1.0 - v)).abs() < 1e-6, "v {v}");
+    }
 }
 
 #[test]

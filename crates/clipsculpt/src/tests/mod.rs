@@ -4,6 +4,7 @@
 //! (`tests/`) until those internals became `pub(crate)`; the integration tests now drive only the
 //! binary and the public API. This module sits on the top layer (`tests/layers.rs`).
 
+mod asset_table;
 mod clip;
 mod common;
 mod mesh;
