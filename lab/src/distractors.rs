@@ -150,6 +150,9 @@ fn random_blend(base: Shape, other: Shape, c: Colour, rng: &mut Rng) -> Blend {
     }
 }
 
+/// A distractor type: the colour and the pair of shapes.
+pub type DistractorType = (Colour, Shape, Shape);
+
 /// A type excluded by the probe, with its probe's failed blends.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Excluded {
@@ -172,7 +175,7 @@ pub fn probe(
     s: &DistractorSettings,
     rng: &mut Rng,
     judge: impl Fn(&Blend) -> Result<Verdict>,
-) -> Result<(Vec<(Colour, Shape, Shape)>, Vec<Excluded>)> {
+) -> Result<(Vec<DistractorType>, Vec<Excluded>)> {
     let (mut eligible, mut excluded) = (Vec::new(), Vec::new());
     for &(c, a, b) in types {
         let mut failed = 0;
