@@ -92,6 +92,17 @@ fn vary_at_strength_zero_returns_the_latent_and_records_its_parent() {
     }
     assert_eq!(parent_hash.as_str().map(str::len), Some(64), "a SHA-256");
     assert_eq!(cards(&out), 2);
+    // The GLB's provenance record names the parent too.
+    let glb = out.join("vary-00/mesh.glb");
+    let o = clipsculpt(&["info", glb.to_str().unwrap()]);
+    let info = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(info.contains("made by: vary, from:"), "{info}");
+    let hash = parent_hash.as_str().unwrap_or_default();
+    assert!(
+        info.contains(&format!("\"a red cube\": latent sha256 {hash}")),
+        "{info}"
+    );
 }
 
 #[test]

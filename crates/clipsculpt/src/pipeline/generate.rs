@@ -340,6 +340,10 @@ impl Outcome<'_> {
                 settings: serde_json::to_value(&settings)?,
                 latent_sha256: latent_sha256.clone(),
                 iso: export.iso,
+                lineage: match self.lineage.command {
+                    Some(_) => serde_json::to_value(&self.lineage)?,
+                    None => serde_json::Value::Null,
+                },
             };
             stamp_glbs(export, &record)?;
             let judge = &self.judge;

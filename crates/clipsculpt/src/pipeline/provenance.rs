@@ -34,6 +34,9 @@ pub struct Provenance {
     pub latent_sha256: String,
     /// The iso level the mesh was extracted at and how it was chosen.
     pub iso: Iso,
+    /// For `vary` and `edit`: the command and its parents (`report.json`'s lineage); null otherwise.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub lineage: serde_json::Value,
 }
 
 impl Provenance {
@@ -70,6 +73,14 @@ impl Provenance {
             "weights (sha256):".to_string(),
         ];
         lines.extend(self.weights.iter().map(|(f, h)| format!("  {f}: {h}")));
+        if let Some(command) = self.lineage["command"].as_str() {
+            lines.push(format!("made by: {command}, from:"));
+            for p in self.lineage["parents"].as_array().into_iter().flatten() {
+                let prompt = p["prompt"].as_str().unwrap_or("(no prompt)");
+                let hash = p["latent_sha256"].as_str().unwrap_or("?");
+                lines.push(format!("  {prompt:?}: latent sha256 {hash}"));
+            }
+        }
         let settings = serde_json::to_string_pretty(&self.settings).unwrap_or_default();
         lines.push(format!("settings: {settings}"));
         lines.join("\n")
