@@ -9,9 +9,10 @@ use candle_core::{DType, Device, Tensor};
 use image::{Delay, Frame, RgbImage, RgbaImage};
 use serde::Serialize;
 
-use super::lineage::{latent_sha256, Parent};
+use super::lineage::Parent;
 use super::mesh::{extract_mesh, LatentField};
 use super::models::Models;
+use super::provenance::latent_sha256;
 use super::settings::RunSettings;
 use crate::atomic::{write_atomic, write_atomic_with};
 use crate::mesh::{self, ExportError};

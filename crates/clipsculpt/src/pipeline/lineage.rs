@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
+use super::provenance::latent_sha256;
 use crate::shap_e::load_latent;
 
 /// The command and parents of a run made from saved runs.
@@ -105,17 +105,4 @@ fn read_report(path: &Path) -> Result<serde_json::Value> {
         );
     }
     Ok(value)
-}
-
-/// SHA-256 (hex) of `latent`'s values as f32, little-endian, row-major.
-pub fn latent_sha256(latent: &Tensor) -> Result<String> {
-    let values = latent
-        .to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1::<f32>()?;
-    let mut h = Sha256::new();
-    for v in values {
-        h.update(v.to_le_bytes());
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
