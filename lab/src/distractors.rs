@@ -28,19 +28,22 @@ pub const DISTRACTORS_JSON: &str = "distractors.json";
 pub const PROBE_STREAM: u64 = 0x9b0e;
 /// XORed into the prior's seed: the stream of the distractors' draws and fits (§1).
 pub const DRAW_STREAM: u64 = 0xd157;
+/// XORed into the prior's seed: the stream of amendment 2's redraws of collapsed distractors.
+pub const COLLAPSE_STREAM: u64 = 0xc011;
 
 /// How distractors are drawn, checked and fitted.
 #[derive(Debug, Clone, Serialize)]
 pub struct DistractorSettings {
     /// How many (0: none).
     pub count: usize,
-    /// Redraws of a blend judged a held-out combination, at most (then training fails).
+    /// Redraws of a blend judged a held-out combination, without a surface (amendment 1) or
+    /// whose latent stays collapsed (amendment 2), at most (then training fails).
     pub redraws: usize,
     /// The evaluator's grid for the check (samples per axis).
     pub check_grid: usize,
     /// Adam steps of each latent fit.
     pub steps: usize,
-    /// Refits from random starts of a collapsed latent, at most (then training fails).
+    /// Refits from random starts of a collapsed latent, at most (then the blend is redrawn).
     pub refits: usize,
     /// Probe blends per type, half with each shape as the base (amendment 1).
     pub probe: usize,
@@ -84,8 +87,12 @@ pub struct Distractor {
     pub weight: f32,
     /// The base object's size, yaw and shade.
     pub variation: Variation,
-    /// Draws judged a held-out combination before this one.
+    /// Draws before this one that failed: judged a held-out combination, without a surface, or
+    /// (amendment 2) with a latent still collapsed after the refits.
     pub redraws: usize,
+    /// Of `redraws`, those for a collapsed latent (amendment 2; absent when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub collapsed_redraws: usize,
     /// Refits from random starts (the latent collapsed).
     pub refits: usize,
     /// Fit loss at the last step.
@@ -223,34 +230,54 @@ pub fn draw(
         } else {
             (b, a)
         };
-        let mut redraws = 0;
-        loop {
-            let blend = random_blend(base, other, c, rng);
-            let verdict = judge(&blend)?;
-            if !fails(&verdict, held_out) {
-                out.push((blend, redraws));
-                break;
-            }
-            redraws += 1;
-            if redraws > s.redraws {
-                let last = verdict.map_or("no surface".to_string(), |v| {
-                    crate::caption::caption(v.0, v.1)
-                });
-                candle_core::bail!(
-                    "distractor {i} ({} {}/{}) failed the check {redraws} times: judged a held-out combination or without a surface (last: {last})",
-                    c.name(),
-                    base.name(),
-                    other.name(),
-                );
-            }
-        }
+        out.push(draw_one(i, (base, other, c), 0, held_out, s, rng, &judge)?);
     }
     Ok(out)
 }
 
+/// Distractor `i`'s blend of `base` and `other` in colour `c`, drawn from `rng` until `judge`
+/// passes it, counting failed draws on from `redraws`; fails past `s.redraws`.
+fn draw_one(
+    i: usize,
+    (base, other, c): (Shape, Shape, Colour),
+    mut redraws: usize,
+    held_out: &[(Shape, Colour)],
+    s: &DistractorSettings,
+    rng: &mut Rng,
+    judge: &impl Fn(&Blend) -> Result<Verdict>,
+) -> Result<(Blend, usize)> {
+    loop {
+        if redraws > s.redraws {
+            candle_core::bail!(
+                "distractor {i} ({} {}/{}) failed the check {redraws} times: judged a held-out combination, without a surface, or with a latent that stays collapsed",
+                c.name(),
+                base.name(),
+                other.name(),
+            );
+        }
+        let blend = random_blend(base, other, c, rng);
+        if !fails(&judge(&blend)?, held_out) {
+            return Ok((blend, redraws));
+        }
+        redraws += 1;
+    }
+}
+
+/// A latent fit of blends: the latents `(N, rows, d)`, each one's last fit loss and refits, and
+/// the blends whose latents are still [`collapsed`] after the refits.
+pub struct Fitted {
+    /// The latents.
+    pub latents: Tensor,
+    /// Each one's fit loss at the last step.
+    pub loss: Vec<f32>,
+    /// Each one's refits from random starts.
+    pub refits: Vec<usize>,
+    /// Indices whose latent is still collapsed.
+    pub collapsed: Vec<usize>,
+}
+
 /// Fits a latent per blend against the frozen `decoder`: from `starts (N, rows, d)`, then up to
-/// `s.refits` refits from random starts of those [`collapsed`]. Returns the latents, each one's
-/// last fit loss and refits.
+/// `s.refits` refits from random starts of those [`collapsed`].
 pub fn fit(
     decoder: &Decoder,
     blends: &[Blend],
@@ -259,7 +286,7 @@ pub fn fit(
     fs: &FitSettings,
     rng: &mut Rng,
     dev: &Device,
-) -> Result<(Tensor, Vec<f32>, Vec<usize>)> {
+) -> Result<Fitted> {
     let first = fit_latents(decoder, starts, blends, s.steps, fs, rng, dev)?;
     let (mut latents, mut loss) = (first.latents, first.last);
     let mut refits = vec![0; blends.len()];
@@ -284,13 +311,60 @@ pub fn fit(
         latents = Tensor::stack(&rows, 0)?;
         bad = collapsed(decoder, &latents, blends, fs, rng, dev)?;
     }
-    if !bad.is_empty() {
-        candle_core::bail!(
-            "distractor latents {bad:?} stay collapsed after {} refits",
-            s.refits
-        );
+    Ok(Fitted {
+        latents,
+        loss,
+        refits,
+        collapsed: bad,
+    })
+}
+
+/// Amendment 2: fits every drawn blend with `fit`, then redraws each blend whose latent stays
+/// collapsed (same type and base shape, from `rng`, checked by `judge` as in [`draw`], counted
+/// in its redraws) and fits the new ones, until none is collapsed. Returns the fit of the final
+/// blends and, per distractor, its redraws for a collapsed latent.
+pub fn fit_redrawing(
+    drawn: &mut [(Blend, usize)],
+    held_out: &[(Shape, Colour)],
+    s: &DistractorSettings,
+    rng: &mut Rng,
+    judge: impl Fn(&Blend) -> Result<Verdict>,
+    mut fit: impl FnMut(&[Blend]) -> Result<Fitted>,
+) -> Result<(Fitted, Vec<usize>)> {
+    let blends: Vec<Blend> = drawn.iter().map(|(b, _)| *b).collect();
+    let mut all = fit(&blends)?;
+    let mut bad = std::mem::take(&mut all.collapsed);
+    let mut collapses = vec![0; drawn.len()];
+    if bad.is_empty() {
+        return Ok((all, collapses));
     }
-    Ok((latents, loss, refits))
+    let mut rows: Vec<Tensor> = (0..drawn.len())
+        .map(|i| all.latents.get(i))
+        .collect::<Result<_>>()?;
+    while !bad.is_empty() {
+        tracing::info!("distractors: redrawing collapsed blends {bad:?}");
+        for &i in &bad {
+            let (b, redraws) = drawn[i];
+            let kind = (b.object.shape, b.other, b.object.colour);
+            drawn[i] = draw_one(i, kind, redraws + 1, held_out, s, rng, &judge)?;
+            collapses[i] += 1;
+        }
+        let sub: Vec<Blend> = bad.iter().map(|&i| drawn[i].0).collect();
+        let f = fit(&sub)?;
+        for (k, &i) in bad.iter().enumerate() {
+            rows[i] = f.latents.get(k)?;
+            all.loss[i] = f.loss[k];
+            all.refits[i] = f.refits[k];
+        }
+        bad = f.collapsed.iter().map(|&k| bad[k]).collect();
+    }
+    all.latents = Tensor::stack(&rows, 0)?;
+    Ok((all, collapses))
+}
+
+/// Whether `n` is 0 (a count left out of [`DISTRACTORS_JSON`]).
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The fit's starting latents: per blend, the row-normalised mean of its two endpoint
@@ -323,20 +397,22 @@ pub struct DistractorsFile {
 pub fn describe(
     excluded: &[Excluded],
     blends: &[(Blend, usize)],
-    loss: &[f32],
-    refits: &[usize],
+    fitted: &Fitted,
+    collapses: &[usize],
 ) -> DistractorsFile {
     let distractors = blends
         .iter()
-        .zip(loss)
-        .zip(refits)
-        .map(|(((b, redraws), &fit_loss), &refits)| Distractor {
+        .zip(&fitted.loss)
+        .zip(&fitted.refits)
+        .zip(collapses)
+        .map(|((((b, redraws), &fit_loss), &refits), &collapsed_redraws)| Distractor {
             kind: "shape blend",
             shapes: [b.object.shape, b.other],
             colour: b.object.colour,
             weight: b.weight,
             variation: b.object.params,
             redraws: *redraws,
+            collapsed_redraws,
             refits,
             fit_loss,
         })
@@ -455,6 +531,60 @@ mod tests {
             assert_eq!(b.object.colour, c);
             assert!([x, y].contains(&b.object.shape) && [x, y].contains(&b.other));
         }
+        Ok(())
+    }
+
+    /// A fake fit: each blend's latent is its weight; those above `limit` collapse.
+    fn fake_fit(limit: f32) -> impl FnMut(&[Blend]) -> Result<Fitted> {
+        move |blends: &[Blend]| {
+            let w: Vec<f32> = blends.iter().map(|b| b.weight).collect();
+            Ok(Fitted {
+                latents: Tensor::from_vec(w.clone(), (w.len(), 1, 1), &candle_core::Device::Cpu)?,
+                loss: vec![0.0; w.len()],
+                refits: vec![3; w.len()],
+                collapsed: (0..w.len()).filter(|&i| w[i] > limit).collect(),
+            })
+        }
+    }
+
+    /// Amendment 2: a blend whose latent stays collapsed is redrawn with its type and base
+    /// shape, counted in its redraws, until none is; the others keep their blend and latent; with
+    /// none collapsed nothing is redrawn; a blend that always collapses fails after the redraws
+    /// allowed.
+    #[test]
+    fn collapsed_latents_are_redrawn() -> Result<()> {
+        let t = types(&crate::world::combinations(), &HELD_OUT);
+        let s = DistractorSettings::protocol(40);
+        let pass = |b: &Blend| Ok(Some((b.object.shape, b.object.colour)));
+        let drawn = draw(&t, &HELD_OUT, &s, &mut Rng::new(3), pass)?;
+        let limit = 0.55;
+        let first: Vec<bool> = drawn.iter().map(|(b, _)| b.weight > limit).collect();
+        assert!(first.iter().any(|&c| c) && first.iter().any(|&c| !c));
+        let mut after = drawn.clone();
+        let (fitted, collapses) =
+            fit_redrawing(&mut after, &HELD_OUT, &s, &mut Rng::new(9), pass, fake_fit(limit))?;
+        let latents = fitted.latents.flatten_all()?.to_vec1::<f32>()?;
+        for i in 0..drawn.len() {
+            let ((old, _), (new, redraws)) = (drawn[i], after[i]);
+            assert!(new.weight <= limit);
+            assert_eq!(latents[i], new.weight);
+            assert_eq!(first[i], collapses[i] > 0);
+            assert_eq!(redraws, collapses[i]);
+            assert_eq!(
+                (old.object.shape, old.other, old.object.colour),
+                (new.object.shape, new.other, new.object.colour)
+            );
+            if !first[i] {
+                assert_eq!(old.weight, new.weight);
+            }
+        }
+        let mut untouched = drawn.clone();
+        let (_, none) =
+            fit_redrawing(&mut untouched, &HELD_OUT, &s, &mut Rng::new(9), pass, fake_fit(1.0))?;
+        assert!(none.iter().all(|&n| n == 0));
+        assert!(untouched.iter().zip(&drawn).all(|(a, b)| a.0.weight == b.0.weight));
+        let always = fit_redrawing(&mut after, &HELD_OUT, &s, &mut Rng::new(9), pass, fake_fit(0.0));
+        assert!(always.is_err());
         Ok(())
     }
 

@@ -843,8 +843,7 @@ fn distractor_stage(
         clipsculpt::autodiff::rng::Rng::new(s.prior.seed ^ distractors::PROBE_STREAM);
     let (kinds, excluded) = distractors::probe(&kinds, &s.held_out, ds, &mut probe_rng, judge)?;
     let mut rng = clipsculpt::autodiff::rng::Rng::new(s.prior.seed ^ distractors::DRAW_STREAM);
-    let blends = distractors::draw(&kinds, &s.held_out, ds, &mut rng, judge)?;
-    let only: Vec<_> = blends.iter().map(|(b, _)| *b).collect();
+    let mut blends = distractors::draw(&kinds, &s.held_out, ds, &mut rng, judge)?;
     let per_combo = all_latents.dim(0)? / s.combos.len();
     let latent_of = |sh, c| -> Result<Tensor> {
         let i = s
@@ -855,15 +854,18 @@ fn distractor_stage(
         all_latents.get(i * per_combo)
     };
     let fs = distractors::fit_settings(&s.decoder);
-    let starts = distractors::starts(&only, latent_of, fs.latent_rms)?;
-    let (latents, loss, refits) =
-        distractors::fit(&decoder, &only, &starts, ds, &fs, &mut rng, dev)?;
+    let mut redraw_rng =
+        clipsculpt::autodiff::rng::Rng::new(s.prior.seed ^ distractors::COLLAPSE_STREAM);
+    let (fitted, collapses) =
+        distractors::fit_redrawing(&mut blends, &s.held_out, ds, &mut redraw_rng, judge, |sub| {
+            let starts = distractors::starts(sub, latent_of, fs.latent_rms)?;
+            distractors::fit(&decoder, sub, &starts, ds, &fs, &mut rng, dev)
+        })?;
+    let described = distractors::describe(&excluded, &blends, &fitted, &collapses);
     // Kept as text: a float read back from JSON need not be the bit pattern written.
-    let json =
-        serde_json::to_string_pretty(&distractors::describe(&excluded, &blends, &loss, &refits))
-            .map_err(msg)?;
-    ck.save_distractors(&latents, &json)?;
-    Ok(Some((latents, json)))
+    let json = serde_json::to_string_pretty(&described).map_err(msg)?;
+    ck.save_distractors(&fitted.latents, &json)?;
+    Ok(Some((fitted.latents, json)))
 }
 
 /// The decoder of the world in `out`, frozen (plain tensors).
