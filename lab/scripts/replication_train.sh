@@ -4,6 +4,8 @@
 # lab/worlds/toy-sharp/clip, the frozen guidance.json), then train-toy with --resume. Rerun it unchanged after a
 # kill: the copy step is skipped when the folder exists, and training resumes from its checkpoint.
 # Usage: lab/scripts/replication_train.sh s1|s2|s1-seed1   (log: lab/runs/replication-u/toy-u2-<world>.train.log)
+# LAB_BIN=path runs a saved copy of the lab binary instead of target/release/clipsculpt-lab (so that builds made
+# meanwhile do not change the binary a queued training uses).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 S1="a red sphere,a green cube,a blue cylinder,a yellow cone,a white torus,a black capsule"
@@ -14,7 +16,7 @@ case "${1:-}" in
   s1-seed1) out=lab/worlds/toy-u2-s1-seed1 split=$S1 seed=1 ;;
   *) echo "usage: $0 s1|s2|s1-seed1" >&2; exit 2 ;;
 esac
-bin=target/release/clipsculpt-lab
+bin=${LAB_BIN:-target/release/clipsculpt-lab}
 [ -x "$bin" ] || { echo "error: build it first: cargo build --release -p clipsculpt-lab" >&2; exit 1; }
 if [ ! -d "$out" ]; then
   tmp="$out.copying"
