@@ -405,17 +405,19 @@ pub fn describe(
         .zip(&fitted.loss)
         .zip(&fitted.refits)
         .zip(collapses)
-        .map(|((((b, redraws), &fit_loss), &refits), &collapsed_redraws)| Distractor {
-            kind: "shape blend",
-            shapes: [b.object.shape, b.other],
-            colour: b.object.colour,
-            weight: b.weight,
-            variation: b.object.params,
-            redraws: *redraws,
-            collapsed_redraws,
-            refits,
-            fit_loss,
-        })
+        .map(
+            |((((b, redraws), &fit_loss), &refits), &collapsed_redraws)| Distractor {
+                kind: "shape blend",
+                shapes: [b.object.shape, b.other],
+                colour: b.object.colour,
+                weight: b.weight,
+                variation: b.object.params,
+                redraws: *redraws,
+                collapsed_redraws,
+                refits,
+                fit_loss,
+            },
+        )
         .collect();
     DistractorsFile {
         excluded_types: excluded.to_vec(),
@@ -561,8 +563,14 @@ mod tests {
         let first: Vec<bool> = drawn.iter().map(|(b, _)| b.weight > limit).collect();
         assert!(first.iter().any(|&c| c) && first.iter().any(|&c| !c));
         let mut after = drawn.clone();
-        let (fitted, collapses) =
-            fit_redrawing(&mut after, &HELD_OUT, &s, &mut Rng::new(9), pass, fake_fit(limit))?;
+        let (fitted, collapses) = fit_redrawing(
+            &mut after,
+            &HELD_OUT,
+            &s,
+            &mut Rng::new(9),
+            pass,
+            fake_fit(limit),
+        )?;
         let latents = fitted.latents.flatten_all()?.to_vec1::<f32>()?;
         for i in 0..drawn.len() {
             let ((old, _), (new, redraws)) = (drawn[i], after[i]);
@@ -579,11 +587,27 @@ mod tests {
             }
         }
         let mut untouched = drawn.clone();
-        let (_, none) =
-            fit_redrawing(&mut untouched, &HELD_OUT, &s, &mut Rng::new(9), pass, fake_fit(1.0))?;
+        let (_, none) = fit_redrawing(
+            &mut untouched,
+            &HELD_OUT,
+            &s,
+            &mut Rng::new(9),
+            pass,
+            fake_fit(1.0),
+        )?;
         assert!(none.iter().all(|&n| n == 0));
-        assert!(untouched.iter().zip(&drawn).all(|(a, b)| a.0.weight == b.0.weight));
-        let always = fit_redrawing(&mut after, &HELD_OUT, &s, &mut Rng::new(9), pass, fake_fit(0.0));
+        assert!(untouched
+            .iter()
+            .zip(&drawn)
+            .all(|(a, b)| a.0.weight == b.0.weight));
+        let always = fit_redrawing(
+            &mut after,
+            &HELD_OUT,
+            &s,
+            &mut Rng::new(9),
+            pass,
+            fake_fit(0.0),
+        );
         assert!(always.is_err());
         Ok(())
     }

@@ -856,11 +856,17 @@ fn distractor_stage(
     let fs = distractors::fit_settings(&s.decoder);
     let mut redraw_rng =
         clipsculpt::autodiff::rng::Rng::new(s.prior.seed ^ distractors::COLLAPSE_STREAM);
-    let (fitted, collapses) =
-        distractors::fit_redrawing(&mut blends, &s.held_out, ds, &mut redraw_rng, judge, |sub| {
+    let (fitted, collapses) = distractors::fit_redrawing(
+        &mut blends,
+        &s.held_out,
+        ds,
+        &mut redraw_rng,
+        judge,
+        |sub| {
             let starts = distractors::starts(sub, latent_of, fs.latent_rms)?;
             distractors::fit(&decoder, sub, &starts, ds, &fs, &mut rng, dev)
-        })?;
+        },
+    )?;
     let described = distractors::describe(&excluded, &blends, &fitted, &collapses);
     // Kept as text: a float read back from JSON need not be the bit pattern written.
     let json = serde_json::to_string_pretty(&described).map_err(msg)?;
