@@ -272,3 +272,54 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod rates {
+    use super::*;
+    use candle_core::{Device, Tensor};
+    use std::time::Instant;
+
+    fn best(mut f: impl FnMut()) -> f64 {
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// GFLOP/s of candle's matmul and ours on the prior's linear layouts.
+    /// `cargo test --release -p clipsculpt --lib linear_layout_rates -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a timing printout"]
+    fn linear_layout_rates() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        for (m, k, n) in [(2052, 1024, 1024), (2052, 1024, 4096), (2052, 4096, 1024)] {
+            let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
+            let w = Tensor::randn(0f32, 1.0, (n, k), &dev)?;
+            let g = Tensor::randn(0f32, 1.0, (m, n), &dev)?;
+            let flop = 2.0 * (m * k * n) as f64 / 1e9;
+            let fwd_candle = best(|| drop(x.matmul(&w.t().unwrap()).unwrap()));
+            let bwd_candle = best(|| drop(g.matmul(&w).unwrap()));
+            let (xv, wv, gv) = (
+                x.flatten_all()?.to_vec1::<f32>()?,
+                w.flatten_all()?.to_vec1::<f32>()?,
+                g.flatten_all()?.to_vec1::<f32>()?,
+            );
+            let mut y = vec![0f32; m * n];
+            let fwd_ours =
+                best(|| matmul(&mut y, m, n, k, Mat::rows(&xv, k), Mat::transposed(&wv, k)));
+            let mut dx = vec![0f32; m * k];
+            let bwd_ours = best(|| matmul(&mut dx, m, k, n, Mat::rows(&gv, n), Mat::rows(&wv, k)));
+            println!(
+                "({m}×{k})·({k}×{n}): x·wᵀ candle {:.0} ours {:.0}; g·w candle {:.0} ours {:.0} GFLOP/s",
+                flop / fwd_candle,
+                flop / fwd_ours,
+                flop / bwd_candle,
+                flop / bwd_ours
+            );
+        }
+        Ok(())
+    }
+}

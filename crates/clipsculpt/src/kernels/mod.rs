@@ -1,11 +1,13 @@
 //! The CPU kernels of the fused passes, on plain arrays: strided matrix products on the `gemm`
-//! crate ([`mod@matmul`]), activations ([`activation`]: bias + SiLU, QuickGELU, exact GELU, sigmoid), LayerNorm
+//! crate ([`mod@matmul`]), unmasked attention per (batch × head) pair ([`mod@attention`]),
+//! activations ([`activation`]: bias + SiLU, QuickGELU, exact GELU, sigmoid), LayerNorm
 //! ([`layer_norm`]), softmax ([`softmax`]), row fills ([`rows`]) and vectorisable math
 //! ([`fastmath`], with [`fastmath::simd_dispatch!`], which compiles a loop for AVX-512 or AVX2
 //! and picks the version the CPU supports at run time). The fused model files (`clip::fused`,
 //! `render::fused`, `shap_e::fused_mlp`) only wire their weights to these.
 
 pub(crate) mod activation;
+pub(crate) mod attention;
 pub(crate) mod fastmath;
 pub(crate) mod layer_norm;
 pub(crate) mod matmul;

@@ -48,6 +48,13 @@ pub(crate) fn softmax_rows_f32(s: &mut [f32], t: usize) {
         .for_each(|rows| softmax_block(rows, t));
 }
 
+/// [`softmax_rows_f32`] on the calling thread alone (for callers that parallelise over blocks).
+pub(crate) fn softmax_rows_f32_serial(s: &mut [f32], t: usize) {
+    if t > 0 {
+        softmax_block(s, t);
+    }
+}
+
 /// Lanes of the max and sum reductions: independent accumulators, so that the loops vectorise
 /// (a single float accumulator is a serial dependency chain).
 const LANES: usize = 16;

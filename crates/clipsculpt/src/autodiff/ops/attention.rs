@@ -5,14 +5,18 @@
 //! and `o`; the backward recomputes each chunk's probabilities `p` and uses
 //! `dv = pᵀ·g`, `ds = p ⊙ (g·vᵀ − rowsum(g ⊙ o))`, `dq = ds·k`, `dk = dsᵀ·q`
 //! (`rowsum(g ⊙ o)` equals `rowsum(p ⊙ g·vᵀ)`, the softmax backward's row term, and is computed once).
-//! The scale is the caller's: fold it into `q`.
+//! The scale is the caller's: fold it into `q`. On the CPU in f32 both run the plain-array kernels
+//! of [`crate::kernels::attention`] (pairs in parallel, one thread per pair); elsewhere candle's ops.
 
 use std::sync::Arc;
 
-use candle_core::{Result, Tensor, D};
+use candle_core::{DType, Result, Tensor, D};
 
+use super::rows::fused_on;
 use super::softmax::softmax_last_dim;
+use super::with_f32;
 use crate::autodiff::vjp::{attach, Vjp};
+use crate::kernels::attention::{attention_f32, attention_grads_f32, Pairs};
 
 /// The most bytes of probabilities (one `t × t` matrix per pair) alive at once, forward or backward.
 /// At the published prior's 1026 tokens that is one pair per chunk: the backward's four `t × t`
@@ -27,12 +31,19 @@ pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
     let flat = |x: &Tensor| x.detach().contiguous()?.reshape((pairs, t, d));
     let (qf, kf, vf) = (flat(q)?, flat(k)?, flat(v)?);
     let step = chunk_pairs(t, q.dtype().size_in_bytes());
-    let o = qf.zeros_like()?;
-    for start in (0..pairs).step_by(step) {
-        let n = step.min(pairs - start);
-        let p = probabilities(&qf.narrow(0, start, n)?, &kf.narrow(0, start, n)?)?;
-        o.slice_set(&p.matmul(&vf.narrow(0, start, n)?)?, 0, start)?;
-    }
+    let o = if runs_fused(q) {
+        let s = Pairs { pairs, t, d };
+        let o = with_f32([&qf, &kf, &vf], |[q, k, v]| attention_f32(q, k, v, s))?;
+        Tensor::from_vec(o, (pairs, t, d), q.device())?
+    } else {
+        let o = qf.zeros_like()?;
+        for start in (0..pairs).step_by(step) {
+            let n = step.min(pairs - start);
+            let p = probabilities(&qf.narrow(0, start, n)?, &kf.narrow(0, start, n)?)?;
+            o.slice_set(&p.matmul(&vf.narrow(0, start, n)?)?, 0, start)?;
+        }
+        o
+    };
     let o = o.reshape(dims.as_slice())?;
     attach(
         "attention",
@@ -40,6 +51,11 @@ pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
         &[q, k, v],
         Arc::new(move |vjp: &Vjp| backward(vjp, pairs, t, d, step)),
     )
+}
+
+/// Whether [`attention`] of `q` runs the CPU's f32 kernels.
+fn runs_fused(q: &Tensor) -> bool {
+    fused_on(q.device()) && q.dtype() == DType::F32
 }
 
 /// Pairs per chunk: as many `t × t` matrices as fit in [`CHUNK_BYTES`], at least one.
@@ -86,6 +102,20 @@ fn gradients(
     let flat = |x: &Tensor| x.contiguous()?.reshape((pairs, t, d));
     let (q, k, val) = (flat(qkv[0])?, flat(qkv[1])?, flat(qkv[2])?);
     let (g, o) = (flat(g)?, flat(o)?);
+    let shaped = |t: Option<Tensor>| t.map(|t| t.reshape(&shape)).transpose();
+    if runs_fused(&q) {
+        let s = Pairs { pairs, t, d };
+        let grads = with_f32([&q, &k, &val, &o, &g], |[q, k, v, o, g]| {
+            attention_grads_f32([q, k, v], o, g, s)
+        })?;
+        let mut out = [None, None, None];
+        for ((slot, grad), need) in out.iter_mut().zip(grads).zip(needs) {
+            if need {
+                *slot = shaped(Some(Tensor::from_vec(grad, (pairs, t, d), q.device())?))?;
+            }
+        }
+        return Ok(out);
+    }
     let row = (&g * &o)?.sum_keepdim(D::Minus1)?;
     // The gradients are written chunk by chunk into their final tensors (no parts to join).
     let grad = |i: usize| needs[i].then(|| q.zeros_like()).transpose();
@@ -107,7 +137,6 @@ fn gradients(
             dk.slice_set(&ds.t()?.matmul(&qc)?, 0, start)?;
         }
     }
-    let shaped = |t: Option<Tensor>| t.map(|t| t.reshape(&shape)).transpose();
     Ok([shaped(dq)?, shaped(dk)?, shaped(dv)?])
 }
 

@@ -33,3 +33,21 @@ pub(crate) fn contiguous_slice<'a, T>(
         None => candle_core::bail!("{op}: non-contiguous input (bug)"),
     }
 }
+
+/// `f` on the f32 data of contiguous CPU tensors.
+pub(crate) fn with_f32<const N: usize, R>(
+    ts: [&candle_core::Tensor; N],
+    f: impl FnOnce([&[f32]; N]) -> R,
+) -> candle_core::Result<R> {
+    let guards = ts.map(|t| t.storage_and_layout());
+    let mut slices: [&[f32]; N] = [&[]; N];
+    for (slot, ((storage, layout), t)) in slices.iter_mut().zip(guards.iter().zip(ts)) {
+        let (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) =
+            (&**storage, layout.contiguous_offsets())
+        else {
+            candle_core::bail!("a contiguous f32 CPU tensor expected, got {t:?} (bug)");
+        };
+        *slot = &v[a..b];
+    }
+    Ok(f(slices))
+}
