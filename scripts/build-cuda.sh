@@ -15,8 +15,9 @@ makes link-time stubs (libcuda.so is the driver's and is not on PyPI), then buil
                      the binary runs only on that family (90 becomes sm_90a)
   --dist             also build the bench binaries and write dist/clipsculpt-cuda-smCAP.tar.xz:
                      the stripped binaries (clipsculpt, clipsculpt-lab for random-models), the
-                     benches, libcurand.so.10 (PyTorch cu13 installs lack it) and
-                     scripts/gpu-check.sh with its settings files; unpack on the GPU machine and
+                     benches, libcurand.so.10 (PyTorch cu13 installs lack it),
+                     scripts/gpu-check.sh with its settings files and scripts/reference/ (the
+                     PyTorch twins of its compare-pytorch step); unpack on the GPU machine and
                      run gpu-check.sh (the toy models are inside the binaries)
   --no-curand        leave libcurand.so.10 out of the archive (130 MB raw, 41 MB packed), for a GPU
                      machine that has it (e.g. a PyTorch image with the nvidia-curand wheel)
@@ -133,7 +134,7 @@ echo "built $TARGET_DIR/release/clipsculpt and clipsculpt-lab for sm_$CAP in $((
 
 # 4. Shippable archive. xz with a large dictionary: the binaries share candle's kernels, so the
 #    copies compress against each other. libcurand does not shrink with strip.
-BENCHES="guide render clip checkpoint prior_guidance kernel_load"
+BENCHES="guide render clip checkpoint prior_guidance kernel_load stages"
 json=$(mktemp)
 cargo bench --no-run --locked -p clipsculpt -p clipsculpt-lab \
   --features clipsculpt/cuda,clipsculpt-lab/cuda --target-dir "$TARGET_DIR" \
@@ -166,6 +167,11 @@ rm -f "$json"
 # The embedded default is compiled into the binaries (clipsculpt's models::embedded): no assets to ship.
 cp "$ROOT/scripts/gpu-check.sh" "$stage/$name/scripts/"
 cp -r "$ROOT/scripts/gpu-check" "$stage/$name/scripts/"
+# The PyTorch twins of gpu-check.sh's compare-pytorch step.
+mkdir -p "$stage/$name/scripts/reference"
+REF="$ROOT/crates/clipsculpt/benches/reference"
+cp "$REF"/{gpu-compare.sh,gpu_compare.py,twin.py,stages.py,pipeline.py,guided.py,guide_cpu_v1.py,README.md} \
+  "$stage/$name/scripts/reference/"
 git -C "$ROOT" rev-parse HEAD >"$stage/$name/COMMIT" 2>/dev/null || echo unknown >"$stage/$name/COMMIT"
 echo "sm_$CAP" >"$stage/$name/COMPUTE_CAP"
 mkdir -p "$ROOT/dist"

@@ -22,7 +22,13 @@ Runs the prebuilt CUDA binary and benches of an unpacked dist archive
       its defaults on (b)'s models (64 prior steps), then end-to-end guidance on them (a short
       chain, then its defaults);
   (d) the other benches (guide, clip, render, checkpoint) on the GPU, unchecked vs checkpointed
-      and f32 vs bf16.
+      and f32 vs bf16;
+  (e) compare-pytorch: (b)'s models through scripts/reference/gpu-compare.sh, clipsculpt against
+      its PyTorch twins (each published-size stage, `generate --guide off` against diffusers'
+      ShapEPipeline, guided `generate` against a PyTorch loop of its guided steps), interleaved,
+      one table; needs a python3 (or $PY) with torch, diffusers, transformers, safetensors and
+      scikit-image; COMPARE_ROUNDS (1) and COMPARE_STAGES (gpu-compare.sh's list) size it.
+      It is last and long: run it alone with --steps random-models,compare-pytorch --budget 900.
 Steps run in that order, so a short --budget keeps the first ones. The research settings of the
 runs (views, render side, checkpoint policies, end-to-end chain) are the --settings files in
 scripts/gpu-check/.
@@ -197,7 +203,14 @@ if [ "$QUICK" = 0 ]; then
   bench bench-checkpoint-bf16 checkpoint bf16
 fi
 
-# (e) One markdown table from the reports, then the bench tables and the step log.
+# (e) clipsculpt against its PyTorch twins on (b)'s models (scripts/reference/README.md).
+if [ "$QUICK" = 0 ] && [ -d "$OUT/published" ]; then
+  step compare-pytorch 600 env DEVICE=cuda DTYPE=bf16 MODEL="$OUT/published" OUT="$OUT/compare-pytorch" \
+    BENCH="$BIN/bench-stages" CLIPSCULPT="$CS" PY="${PY:-python3}" \
+    "$ROOT/scripts/reference/gpu-compare.sh" "${COMPARE_ROUNDS:-1}" ${COMPARE_STAGES:+"$COMPARE_STAGES"}
+fi
+
+# (f) One markdown table from the reports, then the bench tables and the step log.
 echo "## Runs (report.json)"
 echo
 python3 - "$OUT" <<'PY'
@@ -262,6 +275,11 @@ for f in "$OUT"/bench-*.out; do
   echo
   grep -E '^(\||device |## |weights|CUDA_)' "$f"
 done
+if [ -f "$OUT/compare-pytorch/gpu-compare.log" ]; then  # also what a time limit cut short
+  echo
+  echo "## clipsculpt vs PyTorch"
+  python3 "$ROOT/scripts/reference/gpu_compare.py" table <"$OUT/compare-pytorch/gpu-compare.log"
+fi
 echo
 echo "## Steps ($((SECONDS - START)) s; outputs in $OUT)"
 echo

@@ -125,8 +125,8 @@ class Renderer(torch.nn.Module):
 def clip_loss(vit, images, text, side):
     """-mean cosine of the images (bilinear resize to side, CLIP normalisation) with the text."""
     images = F.interpolate(images, size=(side, side), mode="bilinear", align_corners=False, antialias=True)
-    mean = torch.tensor(OPENAI_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(OPENAI_STD).view(1, 3, 1, 1)
+    mean = torch.tensor(OPENAI_MEAN, device=images.device).view(1, 3, 1, 1)
+    std = torch.tensor(OPENAI_STD, device=images.device).view(1, 3, 1, 1)
     emb = vit(pixel_values=(images - mean) / std).image_embeds
     return -(F.normalize(emb, dim=-1) @ text.T).mean()
 

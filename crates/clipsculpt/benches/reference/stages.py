@@ -15,15 +15,16 @@ table-driven one needs the `mesh_decoder.cases`/`masks` tables of the published 
 random weights do not hold.
 
     venv/bin/python benches/reference/stages.py --stage prior-eval --model /tmp/rm --repeats 1
+    venv/bin/python benches/reference/stages.py --stage prior-eval --model /tmp/rm --device cuda --dtype bf16
 
-Prints one JSON line: the seconds of each repeat, their minimum, and the peak RSS (MiB, weights
-included) of the process.
+`--device`, `--dtype` and `--warmup` as twin.py reads them (bf16: clipsculpt's mixed precision).
+Prints one JSON line: the seconds of each repeat, their minimum, the peak RSS (MiB, weights
+included) of the process and, on CUDA, the allocator's peak over the timed repeats
+(`peak_device_mib`, weights included; null on the CPU).
 """
 
 import argparse
 import json
-import resource
-import time
 
 import numpy as np
 import torch
@@ -32,10 +33,16 @@ from diffusers import PriorTransformer
 from diffusers.pipelines.shap_e.renderer import encode_position
 from guide_cpu_v1 import DIRENC_DIM, clip_loss, orbit_rays
 from torch.utils.checkpoint import checkpoint
+from twin import DTYPES, Clock, add_device_args, narrow, narrow_linear, record, repeat, resolve
 
 TIMESTEP = 250.0
 MATMUL_SHAPES = [(2052, 1024, 1024), (2052, 1024, 4096), (2052, 4096, 1024)]
 CFG_SCALE = 3.0
+
+
+def twin_dtype(args):
+    """The torch dtype of --dtype."""
+    return DTYPES[args.dtype]
 
 
 def checkpoint_blocks(prior):
@@ -82,7 +89,7 @@ def shade(mlp, weights, pts, fine):
         if i < len(weights):
             h = torch.baddbmm(layer.bias, h, weights[i].transpose(1, 2))
         elif i == mlp.config.insert_direction_at:
-            h = F.linear(h, layer.weight[:, : layer.weight.shape[1] - DIRENC_DIM], layer.bias)
+            h = narrow_linear(h, layer.weight[:, : layer.weight.shape[1] - DIRENC_DIM], layer.bias)
         else:
             h = layer(h)
         if i < len(layers) - 1:
@@ -114,28 +121,33 @@ def fine_chunk(mlp, o, d, ts, delta, hit, *weights):
     return composite(*shade(mlp, weights, pts, True), delta, hit)[0]
 
 
-def guide_step(renderer, vit, latent0, text, ckpt, res=64, views=2, n_coarse=64, n_fine=64, chunk=1024):
-    """One guidance step: `views` orbit views of res^2 rays, a graph-free coarse pass of
-    n_coarse stratified samples that places n_fine importance samples (diffusers'
+def view_loss(renderer, vit, z, text, ckpt, res=64, views=2, n_coarse=64, n_fine=64, chunk=1024, seed=5):
+    """The guidance loss of latent z: `views` orbit views of res^2 rays, a graph-free coarse pass
+    of n_coarse stratified samples that places n_fine importance samples (diffusers'
     ImportanceRaySampler, alpha 1e-5), the image from the fine pass over all samples, each view
-    over 4 grey backgrounds, bilinear resize to the tower's side, loss -mean cosine, backward.
+    over 4 grey backgrounds, bilinear resize to the tower's side, -mean cosine to `text`.
     ckpt: ray chunks of `chunk` under torch.utils.checkpoint (the vision tower's blocks are
-    checkpointed by the caller)."""
-    gen = torch.Generator().manual_seed(5)
-    z = latent0.clone().requires_grad_(True)
+    checkpointed by the caller). Random draws come from a CPU generator, so every device draws
+    the same."""
+    dev = z.device
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=gen).to(dev)
+
     weights = list(renderer.params_proj(z).values())
     cams = [orbit_rays(0.6 + v * 1.5, 0.5, 4.0, 0.7, res) for v in range(views)]
-    o, d = torch.cat([c[0] for c in cams]), torch.cat([c[1] for c in cams])
+    o, d = torch.cat([c[0] for c in cams]).to(dev), torch.cat([c[1] for c in cams]).to(dev)
     dd = torch.where(d < 0, d - 1e-6, d + 1e-6)
     a, b = (-1.0 - o) / dd, (1.0 - o) / dd
     t0 = torch.minimum(a, b).amax(-1).clamp(min=0.0)
     t1 = torch.maximum(a, b).amin(-1)
     hit = (t0 + 1e-3 < t1).float()
     t0, t1 = t0 * hit, t1 * hit + (1 - hit)
-    u = torch.linspace(0.0, 1.0, n_coarse)
+    u = torch.linspace(0.0, 1.0, n_coarse, device=dev)
     edges = t0[:, None] * (1 - u) + t1[:, None] * u
     lower, upper = partition(edges, t0, t1)
-    ts_c = lower + (upper - lower) * torch.rand(o.shape[0], n_coarse, generator=gen)
+    ts_c = lower + (upper - lower) * rand(o.shape[0], n_coarse)
     lower, upper = partition(ts_c, t0, t1)
     with torch.no_grad():
         w = torch.cat([
@@ -144,10 +156,10 @@ def guide_step(renderer, vit, latent0, text, ckpt, res=64, views=2, n_coarse=64,
             for s in range(0, o.shape[0], chunk)
         ])
         pmf = (w + 1e-5) / (w + 1e-5).sum(1, keepdim=True)
-        inds = torch.searchsorted(torch.cumsum(pmf, 1), torch.rand(o.shape[0], n_fine, generator=gen))
+        inds = torch.searchsorted(torch.cumsum(pmf, 1), rand(o.shape[0], n_fine))
         inds = inds.clamp(0, n_coarse - 1)
         lo, hi = torch.gather(lower, 1, inds), torch.gather(upper, 1, inds)
-        ts_f = lo + (hi - lo) * torch.rand(o.shape[0], n_fine, generator=gen)
+        ts_f = lo + (hi - lo) * rand(o.shape[0], n_fine)
         ts = torch.sort(torch.cat([ts_c, ts_f], 1), 1).values
         lower, upper = partition(ts, t0, t1)
         delta = upper - lower
@@ -162,46 +174,67 @@ def guide_step(renderer, vit, latent0, text, ckpt, res=64, views=2, n_coarse=64,
     rgb = out[:, :3].reshape(views, res, res, 3).permute(0, 3, 1, 2)
     alpha = out[:, 3].reshape(views, 1, res, res)
     images = torch.cat([rgb + (1 - alpha) * g for g in (0.0, 0.33, 0.66, 1.0)])
-    clip_loss(vit, images, text, vit.config.image_size).backward()
+    return clip_loss(vit, images, text, vit.config.image_size)
+
+
+def guide_step(renderer, vit, latent0, text, ckpt):
+    """One guidance step: view_loss of a copy of latent0 and its backward to that copy."""
+    z = latent0.clone().requires_grad_(True)
+    view_loss(renderer, vit, z, text, ckpt).backward()
     assert z.grad is not None
 
 
-def guide_stage(model, stage, repeats):
-    """The guide stages' seconds: the decoder and the vision tower loaded from `model`."""
+def load_guide_models(model, device, dtype, ckpt):
+    """The decoder of `model/shap_e/shap_e_renderer` and the vision tower of `model/clip`, frozen,
+    on `device` with clipsculpt's precision; the tower's blocks checkpointed when `ckpt`."""
     from diffusers.pipelines.shap_e.renderer import ShapERenderer
     from transformers import CLIPVisionModelWithProjection
 
-    renderer = ShapERenderer.from_pretrained(f"{model}/shap_e/shap_e_renderer").eval()
-    renderer.requires_grad_(False)
-    vit = CLIPVisionModelWithProjection.from_pretrained(f"{model}/clip")
-    vit.requires_grad_(False)
+    renderer = ShapERenderer.from_pretrained(f"{model}/shap_e/shap_e_renderer").eval().to(device)
+    narrow(renderer, dtype, skip=("params_proj",)).requires_grad_(False)
+    vit = CLIPVisionModelWithProjection.from_pretrained(f"{model}/clip").to(device)
+    narrow(vit, dtype).requires_grad_(False)
     vit.train(False)
-    ckpt = stage == "guide-ckpt"
     if ckpt:
         vit.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         vit.train(True)  # transformers only checkpoints in training mode; the model has no dropout
+    return renderer, vit
+
+
+def guide_stage(args, device):
+    """The guide stages' seconds and device peak."""
+    ckpt = args.stage == "guide-ckpt"
+    renderer, vit = load_guide_models(args.model, device, twin_dtype(args), ckpt)
     gen = torch.Generator().manual_seed(3)
-    latent0 = (torch.randn(1, 1024, 1024, generator=gen) * 0.3).clamp(-1, 1)
-    text = F.normalize(torch.randn(1, vit.config.projection_dim, generator=gen), dim=-1)
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        guide_step(renderer, vit, latent0, text, ckpt)
-        seconds.append(time.perf_counter() - start)
-    return seconds
+    latent0 = (torch.randn(1, 1024, 1024, generator=gen) * 0.3).clamp(-1, 1).to(device)
+    text = F.normalize(torch.randn(1, vit.config.projection_dim, generator=gen), dim=-1).to(device)
+    return repeat(Clock(device), lambda: guide_step(renderer, vit, latent0, text, ckpt), args.repeats, args.warmup)
+
+
+def load_renderer(model, device):
+    """diffusers' ShapERenderer of `model/shap_e/shap_e_renderer`, frozen, on `device`."""
+    from diffusers.pipelines.shap_e.renderer import ShapERenderer
+
+    renderer = ShapERenderer.from_pretrained(f"{model}/shap_e/shap_e_renderer").eval().to(device)
+    return renderer.requires_grad_(False)
 
 
 @torch.no_grad()
-def export(model, out, grid=128, batch=4096):
-    """Decode, marching cubes, colours and PLY, as diffusers' decode_to_mesh does them."""
-    from diffusers.pipelines.shap_e.renderer import ShapERenderer, volume_query_points
+def mesh_of(renderer, latent, dtype, grid=128, batch=4096):
+    """Vertices (world), faces and colours (uint8) of latent (1, 1024, 1024), as diffusers'
+    decode_to_mesh makes them: the projected params copied into the MLP (which keeps them f32;
+    its other layers are narrowed to dtype), the STF signed distance on a grid^3 lattice in
+    batches, a -1 border, scikit-image's marching cubes, the STF colour of every vertex."""
+    from diffusers.pipelines.shap_e.renderer import volume_query_points
     from skimage.measure import marching_cubes
 
-    renderer = ShapERenderer.from_pretrained(f"{model}/shap_e/shap_e_renderer").eval()
-    params = renderer.params_proj(bench_latent())
+    params = renderer.params_proj(latent)
+    projected = []
     for name, param in renderer.mlp.state_dict().items():
         if f"nerstf.{name}" in params:
             param.copy_(params[f"nerstf.{name}"].squeeze(0))
+            projected.append("mlp." + name.rsplit(".", 1)[0])
+    narrow(renderer, dtype, skip=["params_proj", *projected])
 
     def stf(points):
         return [
@@ -213,14 +246,68 @@ def export(model, out, grid=128, batch=4096):
     points = volume_query_points(renderer.volume, grid)[None]
     sdf = torch.cat([o.signed_distance for o in stf(points)], dim=1).float().reshape(grid, grid, grid)
     full = torch.full((grid + 2,) * 3, -1.0)
-    full[1:-1, 1:-1, 1:-1] = sdf
+    full[1:-1, 1:-1, 1:-1] = sdf.cpu()
     verts, faces, _, _ = marching_cubes(full.numpy(), 0.0)
-    lo, hi = renderer.volume.bbox_min.reshape(3), renderer.volume.bbox_max.reshape(3)
+    lo, hi = (b.reshape(3).float().cpu() for b in (renderer.volume.bbox_min, renderer.volume.bbox_max))
     verts = torch.from_numpy(verts.copy()).float()
     world = lo + (verts - 1.0) * (hi - lo) / (grid - 1)
-    rgb = torch.cat([o.channels[..., :3] for o in stf(world[None])], dim=1)[0]
-    write_ply(out, world.numpy(), faces, (rgb.clamp(0, 1) * 255).round().byte().numpy())
+    rgb = torch.cat([o.channels[..., :3] for o in stf(world[None].to(latent.device))], dim=1)[0]
+    return world.numpy(), faces, (rgb.clamp(0, 1) * 255).round().byte().cpu().numpy()
+
+
+def export(model, out, device, dtype, grid=128):
+    """Load, decode, mesh, colour and write the PLY of bench_latent(); the vertex count."""
+    renderer = load_renderer(model, device)
+    verts, faces, rgb = mesh_of(renderer, bench_latent().to(device), dtype, grid)
+    write_ply(out, verts, faces, rgb)
     return len(verts)
+
+
+def matmul_stage(device, dtype):
+    """Seconds (best of 5) and GFLOP/s of each of MATMUL_SHAPES in dtype on device."""
+    gen = torch.Generator().manual_seed(3)
+    clock, seconds, gflops = Clock(device), [], []
+    for m, k, n in MATMUL_SHAPES:
+        a = torch.randn(m, k, generator=gen).to(device, dtype)
+        b = torch.randn(k, n, generator=gen).to(device, dtype)
+        clock.time(lambda: a @ b)  # warm-up: cuBLAS picks its kernel
+        best = min(clock.time(lambda: a @ b)[0] for _ in range(5))
+        seconds.append(best)
+        gflops.append(2 * m * k * n / best / 1e9)
+    return seconds, gflops
+
+
+def prior_stage(args, device):
+    """The prior stages' seconds and device peak."""
+    prior = PriorTransformer.from_pretrained(f"{args.model}/shap_e/prior").eval().to(device)
+    narrow(prior, twin_dtype(args)).requires_grad_(False)
+    cfg = prior.config
+    tokens, width = cfg.num_embeddings, cfg.embedding_dim
+    cond = cfg.embedding_proj_dim or width
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(1, tokens, width, generator=gen) * 2.0).to(device)
+    emb = torch.randn(2, cond, generator=gen).to(device)
+    w = torch.randn(1, tokens, width, generator=gen).to(device)
+    if args.stage == "prior-backward-ckpt":
+        checkpoint_blocks(prior)
+
+    def evaluate():
+        with torch.no_grad():
+            prior(torch.cat([x, x]), TIMESTEP, proj_embedding=emb)
+
+    def backward():
+        xv = x.clone().requires_grad_(True)
+        out = prior(torch.cat([xv, xv]), TIMESTEP, proj_embedding=emb).predicted_image_embedding
+        pred = out[..., :width]
+        u, c = pred[:1], pred[1:]
+        guided = u + CFG_SCALE * (c - u)
+        (guided * w).sum().backward()
+        assert xv.grad is not None
+
+    if args.stage not in ("prior-eval", "prior-backward", "prior-backward-ckpt"):
+        raise SystemExit(f"unknown stage {args.stage}")
+    fn = evaluate if args.stage == "prior-eval" else backward
+    return repeat(Clock(device), fn, args.repeats, args.warmup)
 
 
 def main():
@@ -230,6 +317,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", default="/tmp/clipsculpt-stages", help="export: the folder for the PLY")
     ap.add_argument("--write-latent", help="write the export stage's latent here and exit")
+    add_device_args(ap)
     args = ap.parse_args()
     if args.write_latent:
         from safetensors.torch import save_file
@@ -237,76 +325,24 @@ def main():
         return
     if not args.model:
         ap.error("--model is required")
-    if args.stage == "export":
-        seconds, vertices = [], 0
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            vertices = export(args.model, f"{args.out}/mesh_pytorch.ply")
-            seconds.append(time.perf_counter() - start)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        print(json.dumps({
-            "impl": "pytorch", "stage": "export", "seconds": seconds, "min_seconds": min(seconds),
-            "peak_rss_mib": peak, "vertices": vertices, "threads": torch.get_num_threads(),
-        }))
-        return
+    device = resolve(args)
     if args.stage == "matmul":
-        gen = torch.Generator().manual_seed(3)
-        seconds, gflops = [], []
-        for m, k, n in MATMUL_SHAPES:
-            a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
-            best = float("inf")
-            for _ in range(5):
-                start = time.perf_counter()
-                a @ b
-                best = min(best, time.perf_counter() - start)
-            seconds.append(best)
-            gflops.append(2 * m * k * n / best / 1e9)
-        print(json.dumps({
-            "impl": "pytorch", "stage": "matmul", "seconds": seconds, "gflops": gflops,
-            "shapes": MATMUL_SHAPES, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        }))
-        return
-    if args.stage in ("guide", "guide-ckpt"):
-        seconds = guide_stage(args.model, args.stage, args.repeats)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        print(json.dumps({
-            "impl": "pytorch", "stage": args.stage, "seconds": seconds, "min_seconds": min(seconds),
-            "peak_rss_mib": peak, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        }))
-        return
-    prior = PriorTransformer.from_pretrained(f"{args.model}/shap_e/prior").eval()
-    prior.requires_grad_(False)
-    cfg = prior.config
-    tokens, width = cfg.num_embeddings, cfg.embedding_dim
-    cond = cfg.embedding_proj_dim or width
-    gen = torch.Generator().manual_seed(3)
-    x = torch.randn(1, tokens, width, generator=gen) * 2.0
-    emb = torch.randn(2, cond, generator=gen)
-    w = torch.randn(1, tokens, width, generator=gen)
-    if args.stage == "prior-backward-ckpt":
-        checkpoint_blocks(prior)
-    seconds = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        if args.stage == "prior-eval":
-            with torch.no_grad():
-                prior(torch.cat([x, x]), TIMESTEP, proj_embedding=emb)
-        elif args.stage in ("prior-backward", "prior-backward-ckpt"):
-            xv = x.clone().requires_grad_(True)
-            out = prior(torch.cat([xv, xv]), TIMESTEP, proj_embedding=emb).predicted_image_embedding
-            pred = out[..., :width]
-            u, c = pred[:1], pred[1:]
-            guided = u + CFG_SCALE * (c - u)
-            (guided * w).sum().backward()
-            assert xv.grad is not None
-        else:
-            raise SystemExit(f"unknown stage {args.stage}")
-        seconds.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({
-        "impl": "pytorch", "stage": args.stage, "seconds": seconds, "min_seconds": min(seconds),
-        "peak_rss_mib": peak, "threads": torch.get_num_threads(), "torch": torch.__version__,
-    }))
+        seconds, gflops = matmul_stage(device, twin_dtype(args))
+        line = record("matmul", seconds, None, args, gflops=gflops, shapes=MATMUL_SHAPES)
+        del line["min_seconds"], line["peak_rss_mib"], line["peak_device_mib"]
+    elif args.stage == "export":
+        vertices = []
+
+        def fn():
+            vertices.append(export(args.model, f"{args.out}/mesh_pytorch.ply", device, twin_dtype(args)))
+
+        seconds, peak = repeat(Clock(device), fn, args.repeats, args.warmup)
+        line = record("export", seconds, peak, args, vertices=vertices[-1])
+    elif args.stage in ("guide", "guide-ckpt"):
+        line = record(args.stage, *guide_stage(args, device), args)
+    else:
+        line = record(args.stage, *prior_stage(args, device), args)
+    print(json.dumps(line))
 
 
 if __name__ == "__main__":
