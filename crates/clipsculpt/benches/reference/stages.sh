@@ -11,7 +11,7 @@ stages=${2:-"matmul prior-eval prior-backward prior-backward-ckpt guide-ckpt exp
 py=${PY:-python3}
 model=${MODEL:?set MODEL to a random-models --preset published folder}
 cargo bench --bench stages --no-run >/dev/null 2>&1
-cargo build --release >/dev/null 2>&1
+case " $stages " in *" export "*) cargo build --release >/dev/null 2>&1 ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$py" benches/reference/stages.py --write-latent "$tmp/latent.safetensors"
