@@ -22,16 +22,13 @@ Prints `guided-latent` (prompt encoding, the guided loop and the keep guard), `g
 `guided-total` lines like pipeline.py's, with the number of guided steps.
 """
 
-import argparse
-import json
-import os
 import time
 
 import torch
 import torch.nn.functional as F
-from pipeline import load
+from pipeline import load, parse_run_args, report
 from stages import checkpoint_blocks, load_guide_models, mesh_of, view_loss, write_ply
-from twin import DTYPES, Clock, add_device_args, record, resolve, sync
+from twin import Clock, sync
 
 SIGMA_MIN, SIGMA_MAX, SCALE = 0.2, 20.0, 2.0
 
@@ -141,20 +138,7 @@ def guided_run(parts, args, clock, out):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True, help="a diffusers-layout folder holding shap_e/ and clip/")
-    ap.add_argument("--prompt", default="a red cube")
-    ap.add_argument("--steps", type=int, default=64, help="Heun steps (generate's --prior-steps)")
-    ap.add_argument("--guidance-scale", type=float, default=15.0)
-    ap.add_argument("--grid", type=int, default=96, help="the mesh lattice (generate's --grid)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--out", default="/tmp/clipsculpt-pipeline", help="the folder for the PLY")
-    add_device_args(ap)
-    args = ap.parse_args()
-    device = resolve(args)
-    dtype = DTYPES[args.dtype]
-    os.makedirs(args.out, exist_ok=True)
+    args, device, dtype = parse_run_args("a diffusers-layout folder holding shap_e/ and clip/")
     start = time.perf_counter()
     pipe = load(args.model, device, dtype)
     checkpoint_blocks(pipe.prior)
@@ -166,13 +150,7 @@ def main():
     for _ in range(args.warmup):
         guided_run(parts, args, clock, out)
     runs = [guided_run(parts, args, clock, out) for _ in range(args.repeats)]
-    peak = lambda i: None if runs[0][i] is None else max(r[i] for r in runs)  # noqa: E731
-    extra = dict(steps=args.steps, guidance_scale=args.guidance_scale, grid=args.grid, guided_steps=runs[-1][5])
-    print(json.dumps(record("guided-latent", [r[0] for r in runs], peak(1), args, **extra)))
-    print(json.dumps(record("guided-mesh", [r[2] for r in runs], peak(3), args, vertices=runs[-1][4], **extra)))
-    total_peak = None if peak(1) is None else max(peak(1), peak(3))
-    print(json.dumps(record("guided-total", [loading + r[0] + r[2] for r in runs], total_peak, args,
-                            loading_seconds=loading, **extra)))
+    report("guided", runs, loading, args, guided_steps=runs[-1][5])
 
 
 if __name__ == "__main__":

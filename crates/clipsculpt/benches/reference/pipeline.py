@@ -76,9 +76,10 @@ def run(pipe, args, clock, dtype, out):
     return t_latent, p_latent, t_mesh, clock.peak_mib(), vertices
 
 
-def main():
+def parse_run_args(model_help):
+    """The whole-run twins' shared options (generate's defaults), the device and the dtype."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True, help="a diffusers-layout folder holding shap_e/")
+    ap.add_argument("--model", required=True, help=model_help)
     ap.add_argument("--prompt", default="a red cube")
     ap.add_argument("--steps", type=int, default=64, help="Heun steps (generate's --prior-steps)")
     ap.add_argument("--guidance-scale", type=float, default=15.0)
@@ -88,9 +89,24 @@ def main():
     ap.add_argument("--out", default="/tmp/clipsculpt-pipeline", help="the folder for the PLY")
     add_device_args(ap)
     args = ap.parse_args()
-    device = resolve(args)
-    dtype = DTYPES[args.dtype]
     os.makedirs(args.out, exist_ok=True)
+    return args, resolve(args), DTYPES[args.dtype]
+
+
+def report(name, runs, loading, args, **extra):
+    """One JSON line each for `name`-latent, -mesh and -total from runs of (latent s, latent peak, mesh s, mesh
+    peak, vertices, ...)."""
+    peak = lambda i: None if runs[0][i] is None else max(r[i] for r in runs)  # noqa: E731
+    extra = dict(steps=args.steps, guidance_scale=args.guidance_scale, grid=args.grid, **extra)
+    print(json.dumps(record(f"{name}-latent", [r[0] for r in runs], peak(1), args, **extra)))
+    print(json.dumps(record(f"{name}-mesh", [r[2] for r in runs], peak(3), args, vertices=runs[-1][4], **extra)))
+    total_peak = None if peak(1) is None else max(peak(1), peak(3))
+    print(json.dumps(record(f"{name}-total", [loading + r[0] + r[2] for r in runs], total_peak, args,
+                            loading_seconds=loading, **extra)))
+
+
+def main():
+    args, device, dtype = parse_run_args("a diffusers-layout folder holding shap_e/")
     clock = Clock(device)
     start = time.perf_counter()
     pipe = load(args.model, device, dtype)
@@ -100,14 +116,7 @@ def main():
     for _ in range(args.warmup):
         run(pipe, args, clock, dtype, out)
     runs = [run(pipe, args, clock, dtype, out) for _ in range(args.repeats)]
-    peak = lambda i: None if runs[0][i] is None else max(r[i] for r in runs)  # noqa: E731
-    extra = dict(steps=args.steps, guidance_scale=args.guidance_scale, grid=args.grid)
-    print(json.dumps(record("pipeline-latent", [r[0] for r in runs], peak(1), args, **extra)))
-    print(json.dumps(record("pipeline-mesh", [r[2] for r in runs], peak(3), args,
-                            vertices=runs[-1][4], **extra)))
-    total_peak = None if peak(1) is None else max(peak(1), peak(3))
-    print(json.dumps(record("pipeline-total", [loading + r[0] + r[2] for r in runs], total_peak, args,
-                            loading_seconds=loading, **extra)))
+    report("pipeline", runs, loading, args)
 
 
 if __name__ == "__main__":
