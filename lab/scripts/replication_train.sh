@@ -7,6 +7,8 @@
 # LAB_BIN=path runs a saved copy of the lab binary instead of target/release/clipsculpt-lab (so that builds made
 # meanwhile do not change the binary a queued training uses).
 set -euo pipefail
+# One block, read whole before it runs: editing this file meanwhile cannot change a running training.
+{
 cd "$(dirname "$0")/../.."
 S1="a red sphere,a green cube,a blue cylinder,a yellow cone,a white torus,a black capsule"
 S2="a blue sphere,a yellow cube,a green cylinder,a black cone,a red torus,a white capsule"
@@ -34,3 +36,5 @@ nice -n 19 "$bin" train-toy --out "$out" --seed "$seed" --only-prior --held-out 
   --instances 4 --prior-timestep-power 4 --prior-min-snr 5 --prior-weight-decay 0 --prior-layers 8 \
   --prior-train-steps 4000 --prior-uncaptioned-held-out --prior-uncaptioned-weight 0.1 --prior-distractors 240 \
   --resume 2>>"$log"
+exit 0
+}
