@@ -15,6 +15,8 @@ bin=${LAB_BIN:-target/release/clipsculpt-lab}
 [ $# -gt 0 ] || set -- 1 2 3 4 5 6 7
 runs=lab/runs/replication-u
 export RAYON_NUM_THREADS=1
+# Yield to interactive work: `nice` alone acts only within this session's autogroup (setsid starts a new one).
+echo 19 2>/dev/null >/proc/self/autogroup || true
 # run WORLD CLIP NAME MODES EXPORT: one run, unless it is complete or another worker holds its lock.
 run() {
   local world=$1 clip=$2 name=$3 modes=$4 export=$5 lock

@@ -205,6 +205,7 @@ static ALLOC: clipsculpt::autodiff::memory::CountingAlloc =
 /// its exit code; a failure is printed once, as one line, and exits with [`EXIT_SETUP`].
 fn main() -> ExitCode {
     clipsculpt::autodiff::memory::keep_freed_pages();
+    clipsculpt::device::flush_subnormals();
     quiet_on_closed_pipe();
     let args = Args::parse();
     init_tracing(&args);

@@ -59,8 +59,12 @@ pub fn repeats(key: &str) -> Result<usize> {
 }
 
 impl BenchEnv {
-    /// Reads `CLIPSCULPT_DEVICE`, `CLIPSCULPT_DTYPE` and `CLIPSCULPT_BENCH_SIZE`.
+    /// Reads `CLIPSCULPT_DEVICE`, `CLIPSCULPT_DTYPE` and `CLIPSCULPT_BENCH_SIZE`, and flushes
+    /// subnormals as the binaries do unless `CLIPSCULPT_BENCH_SUBNORMALS=keep`.
     pub fn from_env() -> Result<Self> {
+        if var("CLIPSCULPT_BENCH_SUBNORMALS").as_deref() != Some("keep") {
+            clipsculpt::device::flush_subnormals();
+        }
         let spec: DeviceSpec = match var("CLIPSCULPT_DEVICE") {
             Some(v) => v
                 .parse()
@@ -99,11 +103,16 @@ impl BenchEnv {
     /// One line naming the device, dtype, size and memory meter.
     pub fn describe(&self) -> Result<String> {
         Ok(format!(
-            "device {}, weights {}, size {:?}, memory meter {:?}",
+            "device {}, weights {}, size {:?}, memory meter {:?}, subnormals {}",
             device_memory::device_label(&self.device)?,
             self.precision,
             self.size,
-            device_memory::meter(&self.device)
+            device_memory::meter(&self.device),
+            if clipsculpt::device::subnormals::subnormals_flushed() {
+                "flushed"
+            } else {
+                "kept"
+            }
         ))
     }
 

@@ -150,7 +150,11 @@ def main():
     ap.add_argument("--ckpt", action="store_true")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--flush-denormal", action="store_true",
+                    help="torch.set_flush_denormal(True), as clipsculpt's binaries flush subnormals")
     a = ap.parse_args()
+    if a.flush_denormal:
+        a.flush_denormal = torch.set_flush_denormal(True)
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -171,7 +175,8 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({
         "impl": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "res": a.res, "ckpt": a.ckpt, "seconds": secs, "min_seconds": min(secs), "peak_rss_mib": rss,
+        "res": a.res, "ckpt": a.ckpt, "flush_denormal": a.flush_denormal,
+        "seconds": secs, "min_seconds": min(secs), "peak_rss_mib": rss,
     }))
 
 

@@ -4,6 +4,7 @@
 # The `export` stage times the release binary's `export --grid 128 --formats ply` (wall seconds and
 # peak RSS from /usr/bin/time) on the latent stages.py writes, against stages.py's twin.
 # Usage: PY=venv/bin/python MODEL=/tmp/rm benches/reference/stages.sh [ROUNDS] [STAGES]
+# TWIN_ARGS adds options to every stages.py run (`--flush-denormal`: flush subnormals as clipsculpt does).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-1}
@@ -33,7 +34,7 @@ for round in $(seq "$rounds"); do
     else
       echo "round $round $(STAGE=$stage MODEL=$model cargo bench --bench stages 2>/dev/null | tail -1)"
     fi
-    echo "round $round $("$py" benches/reference/stages.py --stage "$stage" --model "$model" --out "$tmp" 2>/dev/null | tail -1)"
+    echo "round $round $("$py" benches/reference/stages.py --stage "$stage" --model "$model" --out "$tmp" ${TWIN_ARGS:-} 2>/dev/null | tail -1)"
     echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
   done
 done

@@ -29,6 +29,8 @@ def add_device_args(ap):
     ap.add_argument("--dtype", default=os.environ.get("CLIPSCULPT_DTYPE") or None, choices=list(DTYPES))
     ap.add_argument("--warmup", type=int, default=None,
                     help="untimed runs first (default 1 on CUDA, 0 on the CPU)")
+    ap.add_argument("--flush-denormal", action="store_true",
+                    help="torch.set_flush_denormal(True), as clipsculpt's binaries flush subnormals")
 
 
 def resolve(args):
@@ -38,6 +40,8 @@ def resolve(args):
         args.dtype = "bf16" if device.type == "cuda" else "f32"
     if args.warmup is None:
         args.warmup = 1 if device.type == "cuda" else 0
+    if args.flush_denormal:
+        args.flush_denormal = torch.set_flush_denormal(True)
     return device
 
 
@@ -132,5 +136,6 @@ def record(stage, seconds, peak, args, **extra):
     return {
         "impl": "pytorch", "stage": stage, "seconds": seconds, "min_seconds": min(seconds),
         "peak_rss_mib": peak_rss_mib(), "peak_device_mib": peak, "device": args.device,
-        "dtype": args.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__, **extra,
+        "dtype": args.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "flush_denormal": args.flush_denormal, **extra,
     }

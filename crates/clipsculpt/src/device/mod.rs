@@ -1,17 +1,21 @@
 //! Device selection: `--device cpu|cuda|cuda:N` parsed into a [`DeviceSpec`] and opened as a candle
 //! [`Device`]; `--dtype f32|bf16|f16` parsed into a [`Precision`]; per-device memory accounting in
-//! [`memory`]. The library never assumes the CPU: every tensor is created on the device it is given.
+//! [`memory`]; flush-to-zero for the CPU's subnormals in [`subnormals`]. The library never assumes
+//! the CPU: every tensor is created on the device it is given.
 
 pub mod kernel_cache;
 #[cfg(feature = "cuda")]
 mod kernels;
 pub mod memory;
+pub mod subnormals;
 
 use std::fmt;
 use std::str::FromStr;
 
 use candle_core::{DType, Device};
 use serde::Serialize;
+
+pub use subnormals::flush_subnormals;
 
 /// Which compute device to run on, as typed on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
