@@ -47,6 +47,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    clipsculpt::device::flush_subnormals();
     let args = Args::parse();
     let filter = if args.quiet { "error" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
