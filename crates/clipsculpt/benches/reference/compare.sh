@@ -2,6 +2,7 @@
 # Side-by-side timing of workload guide-cpu-v1: `cargo bench --bench guide` vs the PyTorch
 # reference, one configuration per process, Rust and PyTorch interleaved, ROUNDS rounds.
 # Usage: PY=venv/ref/bin/python benches/reference/compare.sh [ROUNDS] [RESOLUTIONS]
+# TWIN_ARGS adds options to every PyTorch run (`--flush-denormal`: flush subnormals as clipsculpt does).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
@@ -17,7 +18,7 @@ for round in $(seq "$rounds"); do
       echo "round $round rust    $rust"
       flag=""
       [ "$ckpt" = ckpt ] && flag="--ckpt"
-      torch=$("$py" benches/reference/guide_cpu_v1.py --res "$res" $flag 2>/dev/null | tail -1)
+      torch=$("$py" benches/reference/guide_cpu_v1.py --res "$res" $flag ${TWIN_ARGS:-} 2>/dev/null | tail -1)
       echo "round $round pytorch $torch"
     done
   done
