@@ -31,6 +31,8 @@ from diffusers.pipelines.shap_e.renderer import MLPNeRSTFModel, ShapEParamsProjM
 from torch.utils.checkpoint import checkpoint
 from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
 
+from twin import add_flush_arg, flush
+
 N_SAMPLES = 64
 CHUNK = 256
 DIRENC_DIM = 51  # the direction encoding's width, always zero in Shap-E rendering
@@ -150,11 +152,9 @@ def main():
     ap.add_argument("--ckpt", action="store_true")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--flush-denormal", action="store_true",
-                    help="torch.set_flush_denormal(True), as clipsculpt's binaries flush subnormals")
+    add_flush_arg(ap)
     a = ap.parse_args()
-    if a.flush_denormal:
-        a.flush_denormal = torch.set_flush_denormal(True)
+    flush(a)
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)

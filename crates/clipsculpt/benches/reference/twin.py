@@ -29,8 +29,19 @@ def add_device_args(ap):
     ap.add_argument("--dtype", default=os.environ.get("CLIPSCULPT_DTYPE") or None, choices=list(DTYPES))
     ap.add_argument("--warmup", type=int, default=None,
                     help="untimed runs first (default 1 on CUDA, 0 on the CPU)")
+    add_flush_arg(ap)
+
+
+def add_flush_arg(ap):
+    """The --flush-denormal option (see flush)."""
     ap.add_argument("--flush-denormal", action="store_true",
                     help="torch.set_flush_denormal(True), as clipsculpt's binaries flush subnormals")
+
+
+def flush(args):
+    """Applies --flush-denormal; afterwards args.flush_denormal says whether torch accepted it."""
+    if args.flush_denormal:
+        args.flush_denormal = torch.set_flush_denormal(True)
 
 
 def resolve(args):
@@ -40,8 +51,7 @@ def resolve(args):
         args.dtype = "bf16" if device.type == "cuda" else "f32"
     if args.warmup is None:
         args.warmup = 1 if device.type == "cuda" else 0
-    if args.flush_denormal:
-        args.flush_denormal = torch.set_flush_denormal(True)
+    flush(args)
     return device
 
 
