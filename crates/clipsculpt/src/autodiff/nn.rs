@@ -35,6 +35,16 @@ impl Linear {
     pub(crate) fn bias(&self) -> Option<&Tensor> {
         self.bias.as_ref()
     }
+
+    /// Whether the weight or the bias tracks a gradient (trainable, or derived from one).
+    pub(crate) fn tracks(&self) -> bool {
+        tracks(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// Whether `weight` or `bias` tracks a gradient.
+fn tracks(weight: &Tensor, bias: Option<&Tensor>) -> bool {
+    weight.track_op() || bias.is_some_and(Tensor::track_op)
 }
 
 impl Module for Linear {
@@ -97,6 +107,11 @@ impl LayerNorm {
     /// The `(d)` bias, if any.
     pub(crate) fn bias(&self) -> Option<&Tensor> {
         self.bias.as_ref()
+    }
+
+    /// Whether the weight or the bias tracks a gradient.
+    pub(crate) fn tracks(&self) -> bool {
+        tracks(&self.weight, self.bias.as_ref())
     }
 }
 

@@ -14,7 +14,9 @@ use candle_core::{DType, Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::config::{Activation, NormType, PriorConfig};
-use crate::autodiff::checkpoint::{measure_costs, run_chain, Block, BlockCost, Plan, Policy};
+use crate::autodiff::checkpoint::{
+    measure_costs, run_chain, Block, BlockCost, KeptVjp, Plan, Policy,
+};
 use crate::autodiff::nn::{layer_norm, linear, param, LayerNorm, Linear};
 use crate::autodiff::ops::{self, linear_input_grad};
 
@@ -153,22 +155,40 @@ impl PriorBlock {
     }
 }
 
-impl Block for PriorBlock {
-    fn forward(&self, x: &Tensor, _context: &[Tensor]) -> Result<Tensor> {
-        let h = (x + self.attn1.forward(&self.norm1.forward(x)?)?)?;
-        &h + self.ff.forward(&self.norm3.forward(&h)?)?
-    }
+/// What [`PriorBlock`]'s VJP needs from its forward: `q`, `k`, `v`, the attention output, `h` (the
+/// input plus attention) and the feed-forward's pre-activation; 9 block-input-sized tensors where
+/// a recorded graph keeps 23.
+struct Kept {
+    qkvo: [Tensor; 4],
+    h: Tensor,
+    pre: Tensor,
+}
 
-    /// The block's VJP by hand. A recorded graph keeps every intermediate until its backward
-    /// ends (23 block-input-sized tensors here); this forward keeps `q`, `k`, `v`, the attention
-    /// output, `h` and the pre-activation (9), and the backward drops each once it is used. The
-    /// operations are the graph's own, in its order, so the gradient is bitwise the graph's.
-    fn input_vjp(&self, x: &Tensor, _context: &[Tensor], g: &Tensor) -> Result<Option<Tensor>> {
+impl PriorBlock {
+    /// The forward up to the feed-forward's activation, keeping what the VJP needs.
+    fn kept(&self, x: &Tensor) -> Result<Kept> {
         let [q, k, v] = self.attn1.heads(&self.norm1.forward(x)?)?;
         let o = ops::attention(&q, &k, &v)?;
         let h = (x + self.attn1.to_out.forward(&merge_heads(&o)?)?)?;
         let pre = self.ff.net_0_proj.forward(&self.norm3.forward(&h)?)?;
-        // Backward: feed-forward, then attention, each residual's gradient added as candle does.
+        Ok(Kept {
+            qkvo: [q, k, v, o],
+            h,
+            pre,
+        })
+    }
+
+    /// The block's output from what [`Self::kept`] kept: the rest of [`Block::forward`]'s ops.
+    fn output(&self, kept: &Kept) -> Result<Tensor> {
+        let act = Activation::GeluErf.forward(&kept.pre)?;
+        &kept.h + self.ff.net_2.forward(&act)?
+    }
+
+    /// The gradient reaching `x` from `g`, the output's; `kept` is consumed, each tensor dropped
+    /// once used. Feed-forward first, then attention, each residual's gradient added as candle
+    /// does.
+    fn vjp(&self, kept: Kept, x: &Tensor, g: &Tensor) -> Result<Tensor> {
+        let Kept { qkvo, h, pre } = kept;
         let g_act = linear_input_grad(g, self.ff.net_2.weight(), &pre)?;
         let g_pre = Activation::GeluErf.input_grad(&pre, &g_act)?;
         drop((g_act, pre));
@@ -176,12 +196,55 @@ impl Block for PriorBlock {
         drop(g_pre);
         let g_h = (g + self.norm3.input_grad(&h, &g_a3)?)?;
         drop((h, g_a3));
-        let g_a1 = self.attn1.input_grad([q, k, v, o], &g_h)?;
-        Ok(Some((g_h + self.norm1.input_grad(x, &g_a1)?)?))
+        let g_a1 = self.attn1.input_grad(qkvo, &g_h)?;
+        g_h + self.norm1.input_grad(x, &g_a1)?
+    }
+
+    /// Whether any of the block's weights tracks a gradient (training).
+    fn weights_track(&self) -> bool {
+        let a = &self.attn1;
+        [
+            &a.to_q,
+            &a.to_k,
+            &a.to_v,
+            &a.to_out,
+            &self.ff.net_0_proj,
+            &self.ff.net_2,
+        ]
+        .iter()
+        .any(|l| l.tracks())
+            || self.norm1.tracks()
+            || self.norm3.tracks()
+    }
+}
+
+impl Block for PriorBlock {
+    fn forward(&self, x: &Tensor, _context: &[Tensor]) -> Result<Tensor> {
+        let h = (x + self.attn1.forward(&self.norm1.forward(x)?)?)?;
+        &h + self.ff.forward(&self.norm3.forward(&h)?)?
+    }
+
+    /// The block's VJP by hand. A recorded graph keeps every intermediate until its backward
+    /// ends; this recomputes the forward keeping only [`Kept`], and the backward drops each
+    /// tensor once it is used. The operations are the graph's own, in its order, so the gradient
+    /// is bitwise the graph's.
+    fn input_vjp(&self, x: &Tensor, _context: &[Tensor], g: &Tensor) -> Result<Option<Tensor>> {
+        let kept = self.kept(x)?;
+        self.vjp(kept, x, g).map(Some)
     }
 
     fn has_input_vjp(&self) -> bool {
         true
+    }
+
+    fn forward_kept(&self, x: &Tensor, _context: &[Tensor]) -> Result<Option<(Tensor, KeptVjp)>> {
+        if self.weights_track() {
+            return Ok(None);
+        }
+        let kept = self.kept(x)?;
+        let out = self.output(&kept)?;
+        let (block, x) = (self.clone(), x.clone());
+        Ok(Some((out, Box::new(move |g| block.vjp(kept, &x, g)))))
     }
 }
 
@@ -287,6 +350,12 @@ impl PriorTransformer {
     /// The config.
     pub(crate) fn config(&self) -> &PriorConfig {
         &self.cfg
+    }
+
+    /// The transformer blocks.
+    #[cfg(test)]
+    pub(crate) fn blocks(&self) -> &[PriorBlock] {
+        &self.transformer_blocks
     }
 
     /// One evaluation without checkpointing; see [`Self::forward_with_policy`].

@@ -1,12 +1,14 @@
 //! The Shap-E prior's vector-Jacobian product: against PyTorch autograd on diffusers'
 //! `PriorTransformer` (fixture from `tests/fixtures/shap_e/make_prior_vjp.py`), against central
-//! finite differences in f64. Under every checkpoint policy it is bitwise equal to the
-//! un-checkpointed graph: `tests/prior_grad.rs`, in a process of its own, since `budget:` policies
-//! measure a block with the process-wide heap counter.
+//! finite differences in f64. Unchecked, the blocks keep their activations and give the recorded
+//! graph's gradient bitwise. Under every checkpoint policy it is bitwise equal to the unchecked one:
+//! `tests/prior_grad.rs`, in a process of its own, since `budget:` policies measure a block with the
+//! process-wide heap counter.
 
 use std::path::{Path, PathBuf};
 
-use crate::autodiff::checkpoint::Policy;
+use crate::autodiff::checkpoint::{run_chain, Block, Policy};
+use crate::autodiff::ops::testing::randn;
 use crate::autodiff::rng::Rng;
 use crate::random::random_frozen_in;
 use crate::shap_e::config::PriorConfig;
@@ -89,6 +91,47 @@ fn inputs(dtype: DType) -> Result<(Tensor, Tensor, Tensor)> {
     let proj = (rng.normal_tensor(&[2, 6], &dev)? * 2.0)?.to_dtype(dtype)?;
     let w = rng.normal_tensor(&[2, 12, 16], &dev)?.to_dtype(dtype)?;
     Ok((x, proj, w))
+}
+
+/// Unchecked, the prior's blocks keep the activations of their hand-written VJPs instead of their
+/// recorded graphs, and give the graph's output and input gradient bitwise.
+#[test]
+fn kept_blocks_give_the_recorded_graphs_gradient_bitwise() -> Result<()> {
+    let prior = random_prior(4, DType::F32)?;
+    let blocks = prior.blocks();
+    let dev = Device::Cpu;
+    let h = Var::from_tensor(&randn(&[2, 14, 16], 3, &dev)?)?;
+    let w = randn(&[2, 14, 16], 4, &dev)?;
+    assert!(blocks[0].forward_kept(h.as_tensor(), &[])?.is_some());
+    let grad = |out: &Tensor| -> Result<Tensor> {
+        let grads = (out * &w)?.sum_all()?.backward()?;
+        grads
+            .get(&h)
+            .cloned()
+            .ok_or_else(|| candle_core::Error::Msg("no gradient reached h".into()))
+    };
+    let graph = blocks
+        .iter()
+        .try_fold(h.as_tensor().clone(), |x, b| b.forward(&x, &[]))?;
+    let plan = Policy::None
+        .plan(blocks.len(), None)
+        .map_err(candle_core::Error::wrap)?;
+    let kept = run_chain(blocks, h.as_tensor(), &[], &plan)?;
+    assert_eq!(bits(&kept)?, bits(&graph)?, "outputs differ");
+    assert_eq!(
+        bits(&grad(&kept)?)?,
+        bits(&grad(&graph)?)?,
+        "gradients differ"
+    );
+    Ok(())
+}
+
+fn bits(t: &Tensor) -> Result<Vec<u32>> {
+    Ok(t.flatten_all()?
+        .to_vec1::<f32>()?
+        .into_iter()
+        .map(f32::to_bits)
+        .collect())
 }
 
 #[test]

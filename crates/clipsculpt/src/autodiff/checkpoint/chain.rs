@@ -1,7 +1,9 @@
 //! The chain driver: runs N blocks under a [`Plan`], each checkpointed segment as one node of
-//! candle's graph (see [`super::segment`]). Backward is the caller's ordinary `loss.backward()`.
+//! candle's graph (see [`super::segment`]), each block of a kept segment as one node whose
+//! backward is its hand-written VJP over the activations it kept ([`Block::forward_kept`]), or as
+//! its recorded graph. Backward is the caller's ordinary `loss.backward()`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{Result, Tensor, Var};
 
@@ -34,7 +36,20 @@ pub trait Block: Send + Sync {
     fn has_input_vjp(&self) -> bool {
         false
     }
+
+    /// The forward pass keeping what [`Self::input_vjp`] would recompute, and that VJP over it:
+    /// the output and the gradient of `Σ forward(x) ⊙ g` with respect to `x` for a given `g`,
+    /// bitwise the recorded graph's, from fewer kept tensors than the graph holds and with no
+    /// recomputation. `None` (the default) when there is none, or when the block's own weights
+    /// track a gradient (their gradients need the recorded graph).
+    fn forward_kept(&self, _x: &Tensor, _context: &[Tensor]) -> Result<Option<(Tensor, KeptVjp)>> {
+        Ok(None)
+    }
 }
+
+/// The input gradient of a block's [`Block::forward_kept`] for its output gradient; it owns the
+/// kept activations and frees them as it runs.
+pub type KeptVjp = Box<dyn FnOnce(&Tensor) -> Result<Tensor> + Send>;
 
 /// Runs `blocks` over `x` following `plan`.
 pub fn run_chain<B>(blocks: &[B], x: &Tensor, context: &[Tensor], plan: &Plan) -> Result<Tensor>
@@ -54,7 +69,9 @@ where
         h = if seg.checkpointed {
             checkpoint_segment(seg_blocks.to_vec(), &h, context)?
         } else {
-            forward_all(seg_blocks, &h, context)?
+            seg_blocks
+                .iter()
+                .try_fold(h, |h, b| forward_tracked(b, &h, context))?
         };
     }
     Ok(h)
@@ -118,6 +135,33 @@ fn segment_vjp<B: Block>(
     Ok(Some(g))
 }
 
+/// One block of a kept (not checkpointed) segment: where `x` tracks a gradient, `context` does not
+/// and the block has a [`Block::forward_kept`], one graph node whose backward is that VJP; else the
+/// block's recorded graph.
+fn forward_tracked<B: Block>(b: &B, x: &Tensor, context: &[Tensor]) -> Result<Tensor> {
+    if !x.track_op() || context.iter().any(Tensor::track_op) {
+        return b.forward(x, context);
+    }
+    let Some((out, vjp)) = b.forward_kept(&x.detach(), context)? else {
+        return b.forward(x, context);
+    };
+    let vjp = Mutex::new(Some(vjp));
+    let back = Arc::new(move |v: &Vjp| -> Result<Vec<Option<Tensor>>> {
+        let vjp = vjp
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("kept block lock poisoned (bug)".into()))?
+            .take()
+            .ok_or_else(|| {
+                candle_core::Error::Msg(
+                    "a kept block's backward ran twice: its activations are freed by the first"
+                        .into(),
+                )
+            })?;
+        Ok(vec![Some(vjp(v.grad)?)])
+    });
+    attach("kept", out, &[x], back)
+}
+
 fn forward_all<B: Block>(blocks: &[B], x: &Tensor, context: &[Tensor]) -> Result<Tensor> {
     blocks
         .iter()
@@ -145,7 +189,7 @@ pub fn measure_costs<B: Block>(
         let Some(meter) = SpanMeter::start(x.device())? else {
             return Ok(None);
         };
-        let out = b.forward(var.as_tensor(), context)?;
+        let out = forward_tracked(b, var.as_tensor(), context)?;
         let graph_bytes = meter.live_above_base()?;
         let next = out.detach();
         let g = next.ones_like()?;

@@ -19,7 +19,7 @@ pub(crate) mod residual_mlp;
 pub(crate) mod segment;
 
 pub use budget::{predicted_peak, BlockCost};
-pub use chain::{measure_costs, run_chain, Block};
+pub use chain::{measure_costs, run_chain, Block, KeptVjp};
 pub use plan::{Plan, PlanError, Segment};
 pub use policy::Policy;
 pub use residual_mlp::ResidualMlp;

@@ -7,7 +7,8 @@ use std::ops::Range;
 pub struct Segment {
     /// Block indices.
     pub blocks: Range<usize>,
-    /// Keep only the input and recompute in backward (else keep the graph).
+    /// Keep only the input and recompute in backward (else keep the activations: see
+    /// [`super::Block::forward_kept`]).
     pub checkpointed: bool,
 }
 

@@ -10,7 +10,8 @@ use crate::autodiff::memory::parse_bytes;
 /// How a chain of N blocks is checkpointed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
-    /// No checkpointing: one graph over the whole chain (fastest, most memory).
+    /// No checkpointing: every block keeps its activations (fastest, most memory): what its
+    /// hand-written VJP needs where it has one ([`super::Block::forward_kept`]), else its graph.
     None,
     /// Segments of `k` consecutive blocks, each checkpointed (its input kept, recomputed once in
     /// backward). `EveryK(1)` checkpoints every block.

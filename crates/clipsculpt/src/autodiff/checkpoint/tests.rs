@@ -270,11 +270,13 @@ fn untracked_inputs_make_no_node() -> Result<()> {
     Ok(())
 }
 
-/// A residual MLP block whose VJP is its own recorded graph's, counting the calls.
+/// A residual MLP block whose VJP is its own recorded graph's, counting the calls (its kept form
+/// keeps that graph, counted in `kept`).
 #[derive(Clone)]
 struct CountedVjp {
     block: ResidualMlp,
     calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    kept: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Block for CountedVjp {
@@ -294,19 +296,39 @@ impl Block for CountedVjp {
     fn has_input_vjp(&self) -> bool {
         true
     }
+
+    fn forward_kept(&self, x: &Tensor, ctx: &[Tensor]) -> Result<Option<(Tensor, KeptVjp)>> {
+        self.kept.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let x = Var::from_tensor(x)?;
+        let out = self.block.forward(x.as_tensor(), ctx)?;
+        let value = out.detach();
+        let vjp: KeptVjp = Box::new(move |g| {
+            let grads = (out * g)?.sum_all()?.backward()?;
+            grads
+                .get(&x)
+                .cloned()
+                .ok_or_else(|| candle_core::Error::Msg("no gradient reached x".into()))
+        });
+        Ok(Some((value, vjp)))
+    }
 }
 
+/// Blocks with hand-written VJPs: checkpointed segments use them, and unchecked ones use their
+/// kept forms; a tracked context makes both record graphs instead.
 #[test]
 fn multi_block_segments_use_the_blocks_own_vjps() -> Result<()> {
     let (n, d) = (6, 16);
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let kept = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let blocks: Vec<CountedVjp> = chain(n, d)?
         .into_iter()
         .map(|block| CountedVjp {
             block,
             calls: calls.clone(),
+            kept: kept.clone(),
         })
         .collect();
+    let graph = chain(n, d)?;
     let x = Var::from_tensor(&randn(&[5, d], 1, &Device::Cpu)?)?;
     let w = randn(&[5, d], 7, &Device::Cpu)?;
     let grad = |policy: Policy| -> Result<Tensor> {
@@ -315,17 +337,22 @@ fn multi_block_segments_use_the_blocks_own_vjps() -> Result<()> {
         let g = (out * &w)?.sum_all()?.backward()?;
         Ok(g.get(&x).expect("gradient reaches the chain input").clone())
     };
-    let reference = grad(Policy::None)?;
-    for (policy, vjps) in [
-        (Policy::EveryK(4), n),
-        (Policy::Sqrt, n),
-        (Policy::LastN(3), 3),
+    let plain = Policy::None.plan(n, None).unwrap();
+    let reference = grads(&graph, &x, &[], &[], &plain)?;
+    for (policy, vjps, kepts) in [
+        (Policy::None, 0, n),
+        (Policy::EveryK(4), n, 0),
+        (Policy::Sqrt, n, 0),
+        (Policy::LastN(3), 3, n - 3),
     ] {
         calls.store(0, std::sync::atomic::Ordering::SeqCst);
+        kept.store(0, std::sync::atomic::Ordering::SeqCst);
         let g = grad(policy)?;
         let used = calls.load(std::sync::atomic::Ordering::SeqCst);
         assert_eq!(used, vjps, "{policy}: block VJPs called");
-        assert_same(&[g], std::slice::from_ref(&reference), &policy.to_string())?;
+        let used = kept.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(used, kepts, "{policy}: kept forwards");
+        assert_same(&[g], &reference[..1], &policy.to_string())?;
     }
     // A tracked context makes every segment recompute with a graph instead.
     let mask = Var::from_tensor(&Tensor::ones(
@@ -334,10 +361,14 @@ fn multi_block_segments_use_the_blocks_own_vjps() -> Result<()> {
         &Device::Cpu,
     )?)?;
     calls.store(0, std::sync::atomic::Ordering::SeqCst);
-    let plan = Policy::EveryK(2).plan(n, None).unwrap();
-    run_chain(&blocks, x.as_tensor(), &[mask.as_tensor().clone()], &plan)?
-        .sum_all()?
-        .backward()?;
+    kept.store(0, std::sync::atomic::Ordering::SeqCst);
+    for plan in [Policy::EveryK(2), Policy::None] {
+        let plan = plan.plan(n, None).unwrap();
+        run_chain(&blocks, x.as_tensor(), &[mask.as_tensor().clone()], &plan)?
+            .sum_all()?
+            .backward()?;
+    }
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(kept.load(std::sync::atomic::Ordering::SeqCst), 0);
     Ok(())
 }
