@@ -59,14 +59,14 @@ impl Attention {
     /// `q` (scaled), `k`, `v` of `x (n, t, d)`, each `(n, heads, t, head_dim)`.
     fn heads(&self, x: &Tensor) -> Result<[Tensor; 3]> {
         let (n, t, _) = x.dims3()?;
-        let heads = |y: Tensor| {
+        let split = |y: Tensor| -> Result<Tensor> {
             y.reshape((n, t, self.heads, self.head_dim))?
-                .transpose(1, 2)
+                .transpose(1, 2)?
+                .contiguous()
         };
-        // The scale is applied by the pass that makes q's heads contiguous.
-        let q = heads(self.to_q.forward(x)?)?.affine(self.scale(), 0.)?;
-        let k = heads(self.to_k.forward(x)?)?.contiguous()?;
-        let v = heads(self.to_v.forward(x)?)?.contiguous()?;
+        let q = (split(self.to_q.forward(x)?)? * self.scale())?;
+        let k = split(self.to_k.forward(x)?)?;
+        let v = split(self.to_v.forward(x)?)?;
         Ok([q, k, v])
     }
 
