@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::autodiff::checkpoint::{run_chain, Block, Policy};
-use crate::autodiff::ops::testing::randn;
+use crate::autodiff::ops::testing::{bits, randn};
 use crate::autodiff::rng::Rng;
 use crate::random::random_frozen_in;
 use crate::shap_e::config::PriorConfig;
@@ -124,14 +124,6 @@ fn kept_blocks_give_the_recorded_graphs_gradient_bitwise() -> Result<()> {
         "gradients differ"
     );
     Ok(())
-}
-
-fn bits(t: &Tensor) -> Result<Vec<u32>> {
-    Ok(t.flatten_all()?
-        .to_vec1::<f32>()?
-        .into_iter()
-        .map(f32::to_bits)
-        .collect())
 }
 
 #[test]

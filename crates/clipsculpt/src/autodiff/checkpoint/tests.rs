@@ -9,7 +9,7 @@ use candle_core::{Device, Result, Tensor, Var};
 
 use super::segment::checkpoint;
 use super::*;
-use crate::autodiff::ops::testing::randn;
+use crate::autodiff::ops::testing::{bits, randn};
 use crate::autodiff::rng::Rng;
 
 fn chain(n: usize, d: usize) -> Result<Vec<ResidualMlp>> {
@@ -141,15 +141,6 @@ impl Block for InnerDropout {
         all.extend(ctx.iter().cloned());
         self.block.forward(x, &all)
     }
-}
-
-/// Bits of an f32 tensor.
-fn bits(t: &Tensor) -> Result<Vec<u32>> {
-    Ok(t.flatten_all()?
-        .to_vec1::<f32>()?
-        .into_iter()
-        .map(f32::to_bits)
-        .collect())
 }
 
 /// Dropout masks drawn inside the segments from seeded generators, and a differentiable context

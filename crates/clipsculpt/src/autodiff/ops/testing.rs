@@ -1,4 +1,5 @@
-//! Test helpers: seeded random tensors and a central finite-difference gradient check (in f64).
+//! Test helpers: seeded random tensors, an f32 tensor's bits (for bitwise comparisons) and a central
+//! finite-difference gradient check (in f64).
 
 use candle_core::{DType, Device, Result, Tensor, Var};
 
@@ -7,6 +8,15 @@ use crate::autodiff::rng::Rng;
 /// A seeded standard-normal f32 tensor.
 pub(crate) fn randn(shape: &[usize], seed: u64, dev: &Device) -> Result<Tensor> {
     Rng::new(seed).normal_tensor(shape, dev)
+}
+
+/// The bits of an f32 tensor's elements, in order.
+pub(crate) fn bits(t: &Tensor) -> Result<Vec<u32>> {
+    Ok(t.flatten_all()?
+        .to_vec1::<f32>()?
+        .into_iter()
+        .map(f32::to_bits)
+        .collect())
 }
 
 /// Checks `d/dx Σ c ⊙ f(x)` for every input against central differences, all in f64.
