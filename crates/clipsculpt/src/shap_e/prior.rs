@@ -50,12 +50,6 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let [q, k, v] = self.heads(x)?;
-        self.to_out
-            .forward(&merge_heads(&ops::attention(&q, &k, &v)?)?)
-    }
-
     /// `q` (scaled), `k`, `v` of `x (n, t, d)`, each `(n, heads, t, head_dim)`.
     fn heads(&self, x: &Tensor) -> Result<[Tensor; 3]> {
         let (n, t, _) = x.dims3()?;
@@ -126,11 +120,6 @@ impl FeedForward {
             net_2: linear(4 * d, d, net.pp("2"))?,
         })
     }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.net_2
-            .forward(&Activation::GeluErf.forward(&self.net_0_proj.forward(x)?)?)
-    }
 }
 
 /// `transformer_blocks.{i}`: pre-LN self-attention and feed-forward (diffusers
@@ -178,7 +167,8 @@ impl PriorBlock {
         })
     }
 
-    /// The block's output from what [`Self::kept`] kept: the rest of [`Block::forward`]'s ops.
+    /// The block's output from what [`Self::kept`] kept: the feed-forward's activation and
+    /// down-projection, and the residual.
     fn output(&self, kept: &Kept) -> Result<Tensor> {
         let act = Activation::GeluErf.forward(&kept.pre)?;
         &kept.h + self.ff.net_2.forward(&act)?
@@ -219,9 +209,10 @@ impl PriorBlock {
 }
 
 impl Block for PriorBlock {
+    /// [`PriorBlock::kept`] then [`PriorBlock::output`]: one sequence of ops serves the forward,
+    /// the kept forward and the VJP's recomputation.
     fn forward(&self, x: &Tensor, _context: &[Tensor]) -> Result<Tensor> {
-        let h = (x + self.attn1.forward(&self.norm1.forward(x)?)?)?;
-        &h + self.ff.forward(&self.norm3.forward(&h)?)?
+        self.output(&self.kept(x)?)
     }
 
     /// The block's VJP by hand. A recorded graph keeps every intermediate until its backward
