@@ -131,17 +131,62 @@ pub(crate) fn matmul_with<T: Real>(
     lhs: Mat<T>,
     rhs: Mat<T>,
 ) {
+    // SAFETY: `dst` is borrowed mutably for the call and holds `dst.len()` initialised elements.
+    unsafe { matmul_raw(dst.as_mut_ptr(), dst.len(), write, m, n, k, lhs, rhs) }
+}
+
+/// `lhs (m, k) · rhs (k, n)` into a new row-major `(m, n)` vector, multi-threaded, whose memory
+/// is never zeroed first: the product writes every element, and `gemm` reads no destination
+/// when it overwrites.
+pub(crate) fn matmul_new<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<T>,
+    rhs: Mat<T>,
+) -> Vec<T> {
+    let len = m * n;
+    let mut out = Vec::with_capacity(len);
+    // SAFETY: the spare capacity holds `len` elements, only written through the pointer (an
+    // overwriting product reads no destination); the product writes all `len` of them.
+    unsafe {
+        matmul_raw(out.as_mut_ptr(), len, Write::rows(n), m, n, k, lhs, rhs);
+        out.set_len(len);
+    }
+    out
+}
+
+/// [`matmul_with`] on a destination given by pointer and length.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` elements, and hold initialised ones when
+/// `write.accumulate`; nothing else may access them during the call.
+///
+/// # Panics
+/// As [`matmul_with`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn matmul_raw<T: Real>(
+    dst: *mut T,
+    len: usize,
+    write: Write,
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<T>,
+    rhs: Mat<T>,
+) {
     if m == 0 || n == 0 {
         return;
     }
     assert!(
-        write.rs >= n && dst.len() >= (m - 1) * write.rs + n && lhs.fits(m, k) && rhs.fits(k, n),
+        write.rs >= n && len >= (m - 1) * write.rs + n && lhs.fits(m, k) && rhs.fits(k, n),
         "matmul operands do not match ({m}×{k} · {k}×{n})"
     );
     if k == 0 {
         if !write.accumulate {
-            for row in dst.chunks_mut(write.rs).take(m) {
-                row[..n].fill(T::zero());
+            for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
+                // SAFETY: `(i, j)` is in bounds (checked above).
+                unsafe { dst.add(i * write.rs + j).write(T::zero()) };
             }
         }
         return;
@@ -156,16 +201,16 @@ pub(crate) fn matmul_with<T: Real>(
             gemm::Parallelism::None
         };
         // SAFETY: the whole product is in bounds (checked above).
-        unsafe { gemm_columns(dst.as_mut_ptr(), write, m, 0..n, k, lhs, rhs, parallelism) };
+        unsafe { gemm_columns(dst, write, m, 0..n, k, lhs, rhs, parallelism) };
         return;
     }
     // Column blocks of the product, one serial `gemm` each: disjoint columns of `dst`. (With
     // `gemm`'s own threads a weight read transposed, as `x·Wᵀ` reads it, ran at half speed.)
-    let dst_addr = dst.as_mut_ptr() as usize;
+    let dst_addr = dst as usize;
     (0..parts).into_par_iter().for_each(|p| {
         let cols = n * p / parts..n * (p + 1) / parts;
         // SAFETY: the blocks cover disjoint columns of `dst`, each in bounds (checked above);
-        // `dst` is borrowed mutably for the whole call.
+        // the caller gives `dst` to this call alone.
         unsafe {
             gemm_columns(
                 dst_addr as *mut T,
@@ -247,6 +292,28 @@ mod tests {
                 assert_eq!(dst[i * n + j], want);
             }
         }
+    }
+
+    /// A product into new memory equals the one into a zeroed buffer bit for bit, multi-threaded
+    /// column blocks included; with `k = 0` it is all zeros.
+    #[test]
+    fn matmul_new_equals_matmul_into_zeros() {
+        let (m, n, k) = (67, 300, 45);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7 % 13) as f32) * 0.37 - 2.0)
+            .collect();
+        let b: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 5 % 11) as f32) * 0.21 - 1.0)
+            .collect();
+        let (lhs, rhs) = (Mat::rows(&a, k), Mat::transposed(&b, k));
+        let mut want = vec![0f32; m * n];
+        matmul(&mut want, m, n, k, lhs, rhs);
+        let got = matmul_new(m, n, k, lhs, rhs);
+        assert!(got
+            .iter()
+            .zip(&want)
+            .all(|(g, w)| g.to_bits() == w.to_bits()));
+        assert_eq!(matmul_new(m, n, 0, lhs, rhs), vec![0f32; m * n]);
     }
 
     /// A strided destination: the product lands in its columns, added to what was there, and

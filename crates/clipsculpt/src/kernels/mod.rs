@@ -20,7 +20,7 @@ pub(crate) use activation::{
     quick_gelu, quick_gelu_grad, sigmoid, silu, silu_grad,
 };
 pub(crate) use layer_norm::{ln_backward, ln_forward, ln_stats};
-pub(crate) use matmul::{matmul, matmul_serial, matmul_with, Mat, Write};
+pub(crate) use matmul::{matmul, matmul_new, matmul_serial, matmul_with, Mat, Write};
 pub(crate) use real::Real;
 pub(crate) use rows::{add_row, fill_rows};
 pub(crate) use softmax::{softmax_rows, softmax_rows_f32};

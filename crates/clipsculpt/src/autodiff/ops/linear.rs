@@ -21,32 +21,53 @@ use candle_core::{DType, Result, Tensor, D};
 
 use super::rows::fused_on;
 use super::with_f32;
-use crate::kernels::{matmul, Mat};
+use crate::kernels::{add_row, matmul_new, Mat};
 
 /// `a (m, k) · b (k, n)`, or `a · bᵀ` for `b (n, k)` when `transpose_b`: the CPU's f32 kernel,
 /// candle's matmul elsewhere.
 fn product(a: &Tensor, b: &Tensor, transpose_b: bool) -> Result<Tensor> {
-    if !(fused_on(a.device()) && a.dtype() == DType::F32 && b.dtype() == DType::F32) {
-        return if transpose_b {
-            a.matmul(&b.t()?)
-        } else {
-            a.matmul(b)
-        };
+    match product_f32(a, b, transpose_b, None)? {
+        Some(p) => Ok(p),
+        None if transpose_b => a.matmul(&b.t()?),
+        None => a.matmul(b),
+    }
+}
+
+/// [`product`] plus `bias (n)` on every row, on the CPU's f32 kernel: one new buffer, written by
+/// the product (never zeroed first), the bias added in place (as candle's broadcast addition
+/// rounds it). `None` off the CPU, when an operand is not f32 or when the bias is not one value
+/// per output column.
+fn product_f32(
+    a: &Tensor,
+    b: &Tensor,
+    transpose_b: bool,
+    bias: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
+    let f32s = [a, b]
+        .into_iter()
+        .chain(bias)
+        .all(|t| t.dtype() == DType::F32);
+    if !(fused_on(a.device()) && f32s) {
+        return Ok(None);
     }
     let (a, b) = (a.contiguous()?, b.contiguous()?);
     let (m, k) = a.dims2()?;
     let n = if transpose_b { b.dim(0)? } else { b.dim(1)? };
-    let out = with_f32([&a, &b], |[x, y]| {
+    if bias.is_some_and(|bias| bias.dims() != [n]) {
+        return Ok(None);
+    }
+    let mut out = with_f32([&a, &b], |[x, y]| {
         let rhs = if transpose_b {
             Mat::transposed(y, k)
         } else {
             Mat::rows(y, n)
         };
-        let mut out = vec![0f32; m * n];
-        matmul(&mut out, m, n, k, Mat::rows(x, k), rhs);
-        out
+        matmul_new(m, n, k, Mat::rows(x, k), rhs)
     })?;
-    Tensor::from_vec(out, (m, n), a.device())
+    if let Some(bias) = bias {
+        with_f32([&bias.contiguous()?], |[row]| add_row(&mut out, row))?;
+    }
+    Tensor::from_vec(out, (m, n), a.device()).map(Some)
 }
 
 /// Where f16 gradients are scaled to: their largest magnitude lands at 2⁸, leaving the
@@ -109,10 +130,21 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tenso
     }
     out_shape[last] = out_dim;
     let x2 = cast(&x.detach().reshape(((), in_dim))?, w.dtype())?;
-    let mut y = cast(&product(&x2, &w.detach(), true)?, x.dtype())?;
-    if let Some(b) = b {
-        y = y.broadcast_add(&b.detach())?;
-    }
+    let bias = b.map(Tensor::detach);
+    let fused = match x.dtype() {
+        DType::F32 => product_f32(&x2, &w.detach(), true, bias.as_ref())?,
+        _ => None,
+    };
+    let y = match (fused, bias) {
+        (Some(y), _) => y,
+        (None, bias) => {
+            let y = cast(&product(&x2, &w.detach(), true)?, x.dtype())?;
+            match bias {
+                Some(b) => y.broadcast_add(&b)?,
+                None => y,
+            }
+        }
+    };
     let y = y.reshape(out_shape)?;
     let mut inputs = vec![x, w];
     inputs.extend(b);
@@ -199,7 +231,7 @@ pub(crate) fn batched_linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::autodiff::ops::testing::{check_grad, randn};
+    use crate::autodiff::ops::testing::{bits, check_grad, randn};
     use candle_core::{DType, Device, Var};
 
     #[test]
@@ -216,6 +248,22 @@ mod tests {
             .max_all()?
             .to_scalar::<f32>()?;
         assert!(err < 1e-6);
+        Ok(())
+    }
+
+    /// On the CPU in f32 the bias is added in place; the result is bitwise the product plus
+    /// candle's broadcast addition.
+    #[test]
+    fn bias_in_place_rounds_as_candles_addition() -> Result<()> {
+        let dev = Device::Cpu;
+        let (x, w, b) = (
+            randn(&[3, 70, 24], 10, &dev)?,
+            randn(&[200, 24], 11, &dev)?,
+            randn(&[200], 12, &dev)?,
+        );
+        let plain = product(&x.reshape((210, 24))?, &w, true)?.broadcast_add(&b)?;
+        let fused = linear(&x, &w, Some(&b))?.reshape((210, 200))?;
+        assert_eq!(bits(&fused)?, bits(&plain)?);
         Ok(())
     }
 
