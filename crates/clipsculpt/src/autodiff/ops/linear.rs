@@ -137,13 +137,8 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tenso
     };
     let y = match (fused, bias) {
         (Some(y), _) => y,
-        (None, bias) => {
-            let y = cast(&product(&x2, &w.detach(), true)?, x.dtype())?;
-            match bias {
-                Some(b) => y.broadcast_add(&b)?,
-                None => y,
-            }
-        }
+        (None, None) => cast(&product(&x2, &w.detach(), true)?, x.dtype())?,
+        (None, Some(b)) => cast(&product(&x2, &w.detach(), true)?, x.dtype())?.broadcast_add(&b)?,
     };
     let y = y.reshape(out_shape)?;
     let mut inputs = vec![x, w];
