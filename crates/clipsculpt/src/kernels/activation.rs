@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use super::fastmath::simd_dispatch;
 use super::real::Real;
+use super::rows::new_by_chunks;
 
 /// Rows per rayon task of the SiLU kernels.
 const ROWS_PER_TASK: usize = 128;
@@ -176,18 +177,28 @@ simd_dispatch!(gelu_erf_grad_chunk<T: Real>(x: &[T], g: &mut [T]) {
     }
 });
 
-/// `h = x·Φ(x)` (the exact GELU), in parallel.
-pub(crate) fn gelu_erf<T: Real>(x: &[T], h: &mut [T]) {
-    x.par_chunks(GELU_ERF_PER_TASK)
-        .zip(h.par_chunks_mut(GELU_ERF_PER_TASK))
-        .for_each(|(x, h)| gelu_erf_chunk(x, h));
+/// `x·Φ(x)` (the exact GELU) into a new vector, in parallel (no serial zeroing first).
+pub(crate) fn gelu_erf<T: Real>(x: &[T]) -> Vec<T> {
+    new_by_chunks(
+        x.len(),
+        GELU_ERF_PER_TASK,
+        || (),
+        |_, i, h: &mut [T]| gelu_erf_chunk(&x[i * GELU_ERF_PER_TASK..][..h.len()], h),
+    )
 }
 
-/// `g *= Φ(x) + x·φ(x)` (the exact GELU's derivative), in parallel.
-pub(crate) fn gelu_erf_grad<T: Real>(x: &[T], g: &mut [T]) {
-    x.par_chunks(GELU_ERF_PER_TASK)
-        .zip(g.par_chunks_mut(GELU_ERF_PER_TASK))
-        .for_each(|(x, g)| gelu_erf_grad_chunk(x, g));
+/// `g·(Φ(x) + x·φ(x))` (through the exact GELU's derivative) into a new vector, in parallel.
+pub(crate) fn gelu_erf_grad<T: Real>(x: &[T], g: &[T]) -> Vec<T> {
+    new_by_chunks(
+        x.len(),
+        GELU_ERF_PER_TASK,
+        || (),
+        |_, i, out: &mut [T]| {
+            let at = i * GELU_ERF_PER_TASK..i * GELU_ERF_PER_TASK + out.len();
+            out.copy_from_slice(&g[at.clone()]);
+            gelu_erf_grad_chunk(&x[at], out)
+        },
+    )
 }
 
 #[cfg(test)]
@@ -205,10 +216,8 @@ mod tests {
             assert!((normal_cdf(x) - phi).abs() < 2e-7 * phi, "Φ({x})");
         }
         let x: Vec<f32> = (0..40_000).map(|i| (i as f32 - 20_000.0) * 5e-4).collect();
-        let mut h = vec![0f32; x.len()];
-        gelu_erf(&x, &mut h);
-        let mut g = vec![1f32; x.len()];
-        gelu_erf_grad(&x, &mut g);
+        let h = gelu_erf(&x);
+        let g = gelu_erf_grad(&x, &vec![1f32; x.len()]);
         for (i, &v) in x.iter().enumerate() {
             let v = v as f64;
             let cdf = normal_cdf(v);

@@ -10,6 +10,7 @@
 use rayon::prelude::*;
 
 use super::matmul::{matmul_serial, Mat};
+use super::rows::{new_by_chunks, zeros};
 use super::softmax::softmax_rows_f32_serial;
 
 /// The shape of every operand: `pairs` matrices of `(t, d)`, row-major, one after another.
@@ -44,15 +45,15 @@ fn probabilities(p: &mut [f32], q: &[f32], k: &[f32], s: Pairs) {
 /// `o = softmax(q·kᵀ)·v` for every pair (the scale folded into `q` by the caller).
 pub(crate) fn attention_f32(q: &[f32], k: &[f32], v: &[f32], s: Pairs) -> Vec<f32> {
     let (t, d, n) = (s.t, s.d, s.len());
-    let mut o = vec![0f32; s.pairs * n];
-    o.par_chunks_mut(n).enumerate().for_each_init(
+    new_by_chunks(
+        s.pairs * n,
+        n,
         || vec![0f32; t * t],
-        |p, (i, o)| {
+        |p, i, o| {
             probabilities(p, pair(q, i, n), pair(k, i, n), s);
             matmul_serial(o, t, d, t, Mat::rows(p, t), Mat::rows(pair(v, i, n), d));
         },
-    );
-    o
+    )
 }
 
 /// The gradients `[dq, dk, dv]` of [`attention_f32`] given its output `o` and the output's
@@ -65,11 +66,7 @@ pub(crate) fn attention_grads_f32(
     s: Pairs,
 ) -> [Vec<f32>; 3] {
     let (t, d, n) = (s.t, s.d, s.len());
-    let (mut dq, mut dk, mut dv) = (
-        vec![0f32; s.pairs * n],
-        vec![0f32; s.pairs * n],
-        vec![0f32; s.pairs * n],
-    );
+    let (mut dq, mut dk, mut dv) = (zeros(s.pairs * n), zeros(s.pairs * n), zeros(s.pairs * n));
     dq.par_chunks_mut(n)
         .zip(dk.par_chunks_mut(n))
         .zip(dv.par_chunks_mut(n))

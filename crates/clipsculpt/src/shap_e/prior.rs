@@ -52,15 +52,10 @@ impl Attention {
 
     /// `q` (scaled), `k`, `v` of `x (n, t, d)`, each `(n, heads, t, head_dim)`.
     fn heads(&self, x: &Tensor) -> Result<[Tensor; 3]> {
-        let (n, t, _) = x.dims3()?;
-        let split = |y: Tensor| -> Result<Tensor> {
-            y.reshape((n, t, self.heads, self.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let q = (split(self.to_q.forward(x)?)? * self.scale())?;
-        let k = split(self.to_k.forward(x)?)?;
-        let v = split(self.to_v.forward(x)?)?;
+        let split = |y: Tensor, scale| ops::split_heads(&y, self.heads, scale);
+        let q = split(self.to_q.forward(x)?, Some(self.scale()))?;
+        let k = split(self.to_k.forward(x)?, None)?;
+        let v = split(self.to_v.forward(x)?, None)?;
         Ok([q, k, v])
     }
 
@@ -72,37 +67,21 @@ impl Attention {
     /// `q`, `k`, `v`, `o` as in the forward (consumed: each is dropped once used).
     fn input_grad(&self, qkvo: [Tensor; 4], g_out: &Tensor) -> Result<Tensor> {
         let [q, k, v, o] = qkvo;
-        let (n, heads, t, hd) = q.dims4()?;
-        let g_o = linear_input_grad(g_out, self.to_out.weight(), g_out)?
-            .reshape((n, t, heads, hd))?
-            .transpose(1, 2)?;
+        let g_o = linear_input_grad(g_out, self.to_out.weight(), g_out)?;
+        let g_o = ops::split_heads(&g_o, self.heads, None)?;
         let [dq, dk, dv] = ops::attention_grads([&q, &k, &v], &o, &g_o)?;
         drop((q, k, v, o, g_o));
         let back = |d: Option<Tensor>, lin: &Linear, scale: Option<f64>| -> Result<Tensor> {
             let d = d.ok_or_else(|| {
                 candle_core::Error::Msg("attention gradient missing (bug)".into())
             })?;
-            let d = match scale {
-                Some(s) => d.affine(s, 0.)?,
-                None => d,
-            };
-            linear_input_grad(
-                &d.transpose(1, 2)?.reshape((n, t, heads * hd))?,
-                lin.weight(),
-                g_out,
-            )
+            linear_input_grad(&ops::merge_heads_scaled(&d, scale)?, lin.weight(), g_out)
         };
         // The order in which candle's backward accumulates the three contributions (v, k, q).
         let acc = back(dv, &self.to_v, None)?;
         let acc = (acc + back(dk, &self.to_k, None)?)?;
         acc + back(dq, &self.to_q, Some(self.scale()))?
     }
-}
-
-/// `(n, heads, t, head_dim)` back to `(n, t, heads·head_dim)`.
-fn merge_heads(o: &Tensor) -> Result<Tensor> {
-    let (n, _, t, _) = o.dims4()?;
-    o.transpose(1, 2)?.reshape((n, t, ()))
 }
 
 /// `ff`: `net.0.proj` → exact GELU → (`net.1` dropout) → `net.2`.
@@ -158,7 +137,7 @@ impl PriorBlock {
     fn kept(&self, x: &Tensor) -> Result<Kept> {
         let [q, k, v] = self.attn1.heads(&self.norm1.forward(x)?)?;
         let o = ops::attention(&q, &k, &v)?;
-        let h = (x + self.attn1.to_out.forward(&merge_heads(&o)?)?)?;
+        let h = (x + self.attn1.to_out.forward(&ops::merge_heads(&o)?)?)?;
         let pre = self.ff.net_0_proj.forward(&self.norm3.forward(&h)?)?;
         Ok(Kept {
             qkvo: [q, k, v, o],

@@ -220,14 +220,12 @@ fn gelu_erf_grad_cpu(
     const OP: &str = "gelu_erf_vjp";
     Ok(match (x, g) {
         (CpuStorage::F32(x), CpuStorage::F32(g)) => {
-            let mut out = contiguous_slice(g, lg, OP)?.to_vec();
-            kernels::gelu_erf_grad(contiguous_slice(x, lx, OP)?, &mut out);
-            CpuStorage::F32(out)
+            let (x, g) = (contiguous_slice(x, lx, OP)?, contiguous_slice(g, lg, OP)?);
+            CpuStorage::F32(kernels::gelu_erf_grad(x, g))
         }
         (CpuStorage::F64(x), CpuStorage::F64(g)) => {
-            let mut out = contiguous_slice(g, lg, OP)?.to_vec();
-            kernels::gelu_erf_grad(contiguous_slice(x, lx, OP)?, &mut out);
-            CpuStorage::F64(out)
+            let (x, g) = (contiguous_slice(x, lx, OP)?, contiguous_slice(g, lg, OP)?);
+            CpuStorage::F64(kernels::gelu_erf_grad(x, g))
         }
         _ => candle_core::bail!("gelu_erf_vjp: unsupported dtype (bug)"),
     })
@@ -257,9 +255,7 @@ impl CustomOp1 for GeluErfCpu {
             candle_core::bail!("gelu_erf: unsupported dtype (bug)")
         };
         let x = contiguous_slice(x, lx, "gelu_erf")?;
-        let mut h = vec![0f32; x.len()];
-        kernels::gelu_erf(x, &mut h);
-        Ok((CpuStorage::F32(h), lx.shape().clone()))
+        Ok((CpuStorage::F32(kernels::gelu_erf(x)), lx.shape().clone()))
     }
 }
 

@@ -12,7 +12,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, D
 use super::contiguous_slice;
 use super::rows::{by_rows, fused_on};
 use crate::autodiff::vjp::{attach, Vjp};
-use crate::kernels::{ln_backward, ln_stats, Real};
+use crate::kernels::{ln_backward, ln_stats, zeros, Real};
 
 /// Differentiable LayerNorm over the last dimension; `weight`/`bias` have that dimension's size.
 pub(crate) fn layer_norm(
@@ -159,7 +159,7 @@ impl InputVjp {
         let rows = x.len() / d.max(1);
         let (mut mu, mut rstd) = (vec![T::zero(); rows], vec![T::zero(); rows]);
         ln_stats(x, d, T::from_f64(self.0), &mut mu, &mut rstd);
-        let mut dx = vec![T::zero(); x.len()];
+        let mut dx = zeros(x.len());
         ln_backward(g, x, &mu, &rstd, w, &mut dx, false);
         dx
     }

@@ -5,6 +5,7 @@
 
 mod activation;
 mod attention;
+mod heads;
 mod layer_norm;
 mod linear;
 mod resize;
@@ -13,6 +14,7 @@ mod softmax;
 
 pub(crate) use activation::Activation;
 pub(crate) use attention::{attention, attention_grads};
+pub(crate) use heads::{merge_heads, merge_heads_scaled, split_heads};
 pub(crate) use layer_norm::{layer_norm, layer_norm_input_grad};
 pub(crate) use linear::{batched_linear, linear, linear_input_grad};
 pub(crate) use resize::resize_bilinear;
