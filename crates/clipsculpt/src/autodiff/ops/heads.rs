@@ -15,6 +15,9 @@ use crate::kernels::heads::{self, Heads};
 /// `x (n, t, heads·d)` as `(n, heads, t, d)`, times `scale` when given.
 pub(crate) fn split_heads(x: &Tensor, heads: usize, scale: Option<f64>) -> Result<Tensor> {
     let (n, t, width) = x.dims3()?;
+    if heads == 0 || width % heads != 0 {
+        candle_core::bail!("split_heads: {width} features do not split into {heads} heads");
+    }
     let s = Heads {
         n,
         t,
@@ -132,6 +135,8 @@ mod tests {
             candle_core::bail!("no gradient reached o");
         };
         assert_eq!(bits(a)?, bits(b)?);
+        // Features that do not split into the heads are an error, not a panic.
+        assert!(split_heads(&v, 5, None).is_err());
         Ok(())
     }
 }
