@@ -11,7 +11,7 @@
 //! bias (kept in the input's dtype) is added. Backward does the same with the output gradient, so
 //! every gradient leaves in its operand's own dtype.
 //!
-//! On the CPU in f32 the products run on [`crate::kernels::matmul`] (column blocks per thread,
+//! On the CPU in f32 the products run on [`crate::kernels::matmul()`] (column blocks per thread,
 //! the weight read transposed through strides): 191–213 GFLOP/s on the published prior's shapes
 //! where candle's matmul gave 163–205 on the 2-core development machine.
 
