@@ -1,6 +1,6 @@
 //! The library's facade, driven as `examples/api.rs` drives it (`RunSettings::default()`), gives the
 //! result of the CLI's main command, `clipsculpt generate "a red cube"`: the latent that command wrote
-//! (the fixture the CLI's tests also compare with, written by the binary before the workspace split).
+//! (the fixture the CLI's tests also compare with, written by the binary).
 
 #[path = "../examples/api.rs"]
 mod api;

@@ -10,21 +10,37 @@
 /// `2ⁿ` built in the exponent bits.
 #[inline(always)]
 pub(crate) fn exp_f32(x: f32) -> f32 {
+    exp_f32_as::<false>(x)
+}
+
+/// `a·b + c`, rounded once (`f32::mul_add`) when `FUSED`, else twice. Fused is for the bodies of
+/// [`simd_dispatch!`] only, whose AVX2 and AVX-512 builds have FMA instructions; elsewhere on
+/// x86-64 `mul_add` is a call into libm.
+#[inline(always)]
+pub(crate) fn mul_add_f32<const FUSED: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FUSED {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// [`exp_f32`], its products and sums fused when `FUSED` ([`mul_add_f32`]): the same accuracy
+/// (tested), one rounding fewer per step, fewer instructions.
+#[inline(always)]
+pub(crate) fn exp_f32_as<const FUSED: bool>(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to the nearest integer
     const LN2_HI: f32 = 0.693_359_4; // few mantissa bits: n·LN2_HI is exact
     const LN2_LO: f32 = -2.121_944_4e-4;
+    let fma = mul_add_f32::<FUSED>;
     let x = x.clamp(-87.0, 88.0);
-    let t = x * std::f32::consts::LOG2_E + MAGIC;
+    let t = fma(x, std::f32::consts::LOG2_E, MAGIC);
     let n = t - MAGIC;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = (((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2)
-        * r
-        + 0.166_666_65)
-        * r
-        + 0.5)
-        * (r * r)
-        + r
-        + 1.0;
+    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, x));
+    let p = [8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5]
+        .into_iter()
+        .fold(fma(1.987_569_1e-4, r, 1.398_199_9e-3), |p, k| fma(p, r, k));
+    let p = fma(p, r * r, r) + 1.0;
     let n_int = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
     p * f32::from_bits(((n_int + 127) << 23) as u32)
 }
@@ -144,6 +160,14 @@ mod tests {
             worst = worst.max((fast - exact).abs() / exact);
         }
         assert!(worst < 2.5e-7, "relative error {worst:e}");
+        let worst_fused = (0..200_001)
+            .map(|i| -87.0 + 175.0 * i as f32 / 200_000.0)
+            .map(|x| (exp_f32_as::<true>(x) as f64, (x as f64).exp()))
+            .fold(0f64, |w, (fast, exact)| w.max((fast - exact).abs() / exact));
+        assert!(
+            worst_fused < 2.5e-7,
+            "fused: relative error {worst_fused:e}"
+        );
         assert_eq!(exp_f32(0.0), 1.0);
         assert!(exp_f32(-1000.0) < 1e-37 && exp_f32(1000.0) > 1e38);
     }
