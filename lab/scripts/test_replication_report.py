@@ -159,6 +159,16 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertIn("| S1 (PARTIAL, 40 of 48 runs) | prior |", out)
 
+    def test_templates_are_the_lab_captions(self):
+        """The report's seven templates are lab/src/caption.rs's TEMPLATES after the canonical one, in order."""
+        caption_rs = os.path.join(os.path.dirname(SCRIPT), "..", "src", "caption.rs")
+        with open(caption_rs) as f:
+            source = f.read()
+        block = source[source.index("pub const TEMPLATES"):]
+        block = block[block.index("[", block.index("=")) + 1:block.index("];")]
+        templates = [line.strip().rstrip(",").strip('"') for line in block.splitlines() if line.strip()]
+        self.assertEqual(tuple(templates[1:]), rr.TEMPLATES)
+
 
 if __name__ == "__main__":
     unittest.main()
