@@ -14,7 +14,8 @@ echo "cores: $(nproc)"
 for round in $(seq "$rounds"); do
   for res in $resolutions; do
     for ckpt in none ckpt; do
-      rust=$(GUIDE_BENCH_RES=$res GUIDE_BENCH_CKPT=$ckpt cargo bench --bench guide 2>/dev/null | grep "^| ${res}×")
+      # The bench's row: "| ViT-B/32 | 2×32×32 | <checkpointing> | <seconds> | …".
+      rust=$(GUIDE_BENCH_RES=$res GUIDE_BENCH_CKPT=$ckpt cargo bench --bench guide 2>/dev/null | grep "×${res}×${res} |")
       echo "round $round rust    $rust"
       flag=""
       [ "$ckpt" = ckpt ] && flag="--ckpt"
