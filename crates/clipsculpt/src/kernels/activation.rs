@@ -147,7 +147,8 @@ pub(crate) fn normal_cdf<T: Real>(x: T) -> T {
 }
 
 /// [`normal_cdf`], its products and sums fused when `FUSED` (only in [`simd_dispatch!`] bodies:
-/// see [`Real::mul_add_as`]); the fused polynomial takes 0.69× the time of the unfused one.
+/// see [`Real::mul_add_as`]); fused, the exact GELU's forward took 6.3 ms where unfused it took
+/// 9.1 ms (8.4 M elements, two AVX-512 threads).
 #[inline(always)]
 fn normal_cdf_as<T: Real, const FUSED: bool>(x: T) -> T {
     let c = |v: f64| T::from_f64(v);
