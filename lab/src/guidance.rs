@@ -93,4 +93,27 @@ mod tests {
         assert!(err.contains(GUIDANCE_FILE) && err.contains("lr"), "{err}");
         Ok(())
     }
+
+    /// Every world in `lab/worlds` carries its scoring CLIP (`clip/`) or names one in its
+    /// `guidance.json` that exists, so `eval --model W/shap_e` needs no `--clip`.
+    #[test]
+    fn every_lab_world_carries_or_names_its_scoring_clip() -> Result<(), String> {
+        let worlds = Path::new(env!("CARGO_MANIFEST_DIR")).join("worlds");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&worlds).map_err(|e| e.to_string())? {
+            let world = entry.map_err(|e| e.to_string())?.path();
+            let shap_e = world.join("shap_e");
+            let named = WorldGuidance::read(&shap_e)?.and_then(|g| g.clip_dir(&shap_e));
+            let clip = named.unwrap_or_else(|| world.join("clip"));
+            assert!(
+                clip.join("config.json").is_file(),
+                "{}: no scoring CLIP at {} (add clip/ or name one in shap_e/{GUIDANCE_FILE})",
+                world.display(),
+                clip.display()
+            );
+            checked += 1;
+        }
+        assert!(checked >= 11, "only {checked} worlds found in {}", worlds.display());
+        Ok(())
+    }
 }
