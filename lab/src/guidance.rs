@@ -113,7 +113,11 @@ mod tests {
             );
             checked += 1;
         }
-        assert!(checked >= 11, "only {checked} worlds found in {}", worlds.display());
+        assert!(
+            checked >= 11,
+            "only {checked} worlds found in {}",
+            worlds.display()
+        );
         Ok(())
     }
 }

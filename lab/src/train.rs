@@ -1514,11 +1514,7 @@ mod tests {
                 // Written after training: it names the scoring CLIP (`crate::guidance`).
                 found.remove(&format!("shap_e/{}", crate::guidance::GUIDANCE_FILE));
             }
-            assert_eq!(
-                listed,
-                found,
-                "{world} differs from its manifest"
-            );
+            assert_eq!(listed, found, "{world} differs from its manifest");
         }
         Ok(())
     }

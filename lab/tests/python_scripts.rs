@@ -18,7 +18,10 @@ fn python_script_unit_tests_pass() {
         })
         .collect();
     tests.sort();
-    assert!(tests.len() >= 2, "the scripts' tests are missing: {tests:?}");
+    assert!(
+        tests.len() >= 2,
+        "the scripts' tests are missing: {tests:?}"
+    );
     for script in tests {
         let out = match Command::new("python3").arg(&script).output() {
             Ok(o) => o,
