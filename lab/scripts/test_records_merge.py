@@ -22,6 +22,15 @@ def table(records, settings="same"):
     return {"complete": False, "settings": settings, "summary": {}, "records": records}
 
 
+def write_files(folder, main, part):
+    """main.json and part.json in `folder`, their paths."""
+    paths = [os.path.join(folder, n) for n in ("main.json", "part.json")]
+    for path, t in zip(paths, (main, part)):
+        with open(path, "w") as f:
+            json.dump(t, f)
+    return paths
+
+
 class Merge(unittest.TestCase):
     def test_adds_disjoint_records_and_keeps_mains_settings(self):
         main = table([rec("a red cube", 100, "prior", 0.9, 1.0)])
@@ -44,10 +53,7 @@ class Merge(unittest.TestCase):
         with self.assertRaises(ValueError):
             records_merge.merge(main, [part])
         with tempfile.TemporaryDirectory() as d:
-            paths = [os.path.join(d, n) for n in ("main.json", "part.json")]
-            for p, t in zip(paths, (main, part)):
-                with open(p, "w") as f:
-                    json.dump(t, f)
+            paths = write_files(d, main, part)
             before = open(paths[0]).read()
             run = subprocess.run([sys.executable, records_merge.__file__, *paths], capture_output=True, text=True)
             self.assertNotEqual(run.returncode, 0)
@@ -58,10 +64,7 @@ class Merge(unittest.TestCase):
         main = table([rec("a red cube", 100, "prior", 0.9, 1.0)])
         part = table([rec("a blue cube", 101, "prior", 0.8, 2.0)])
         with tempfile.TemporaryDirectory() as d:
-            paths = [os.path.join(d, n) for n in ("main.json", "part.json")]
-            for p, t in zip(paths, (main, part)):
-                with open(p, "w") as f:
-                    json.dump(t, f)
+            paths = write_files(d, main, part)
             subprocess.run([sys.executable, records_merge.__file__, *paths], check=True, capture_output=True)
             with open(paths[0]) as f:
                 self.assertEqual(len(json.load(f)["records"]), 2)
