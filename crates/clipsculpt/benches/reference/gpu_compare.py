@@ -8,7 +8,7 @@
                                              and peak RSS from /usr/bin/time)
 
 Table: per stage, the fastest seconds of each side over the rounds (min of each line's
-`min_seconds`), PyTorch / clipsculpt (above 1: clipsculpt is faster), the peak memory of each
+`min_seconds`), clipsculpt / PyTorch (below 1: clipsculpt is faster), the peak memory of each
 side (the device's high-water mark where both report one, else the process's peak RSS; the
 largest over the rounds) and its ratio. Only the standard library: it runs with any python3.
 """
@@ -77,16 +77,16 @@ def row(stage, sides):
     kind = "device" if key == "peak_device_mib" else "RSS"
     dev = f'{cs[-1].get("device", "cpu")} {cs[-1].get("dtype", "f32")}'
     mem = "" if cm is None and pm is None else kind
-    return (f"| {stage} | {dev} | {fmt(c)} | {fmt(p)} | {ratio(p, c)} | {fmt(cm, 0)} | {fmt(pm, 0)} "
-            f"| {ratio(pm, cm)} {mem} | {note(stage, cs, pt)} |")
+    return (f"| {stage} | {dev} | {fmt(c)} | {fmt(p)} | {ratio(c, p)} | {fmt(cm, 0)} | {fmt(pm, 0)} "
+            f"| {ratio(cm, pm)} {mem} | {note(stage, cs, pt)} |")
 
 
 def table(lines):
     stages, other = read(lines)
     out = [line for line in other if line and not line.startswith("load average")]
     rounds = max((len(v) for s in stages.values() for v in s.values()), default=0)
-    out += ["", f"Fastest of {rounds} round(s); ratios PyTorch / clipsculpt (above 1: clipsculpt is "
-            "faster or smaller).", "",
+    out += ["", f"Fastest of {rounds} round(s); ratios clipsculpt / PyTorch, as the README's tables "
+            "give them (below 1: clipsculpt is faster or smaller).", "",
             "| stage | device dtype | clipsculpt s | PyTorch s | ratio | clipsculpt peak MiB "
             "| PyTorch peak MiB | ratio (meter) | note |",
             "|---|---|---|---|---|---|---|---|---|"]
