@@ -47,6 +47,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    clipsculpt::autodiff::memory::keep_freed_pages();
     clipsculpt::device::flush_subnormals();
     let args = Args::parse();
     let filter = if args.quiet { "error" } else { "info" };
