@@ -12,14 +12,16 @@ stages=${2:-"matmul prior-eval prior-backward prior-backward-ckpt guide-ckpt exp
 py=${PY:-python3}
 model=${MODEL:?set MODEL to a random-models --preset published folder}
 cargo bench --bench stages --no-run >/dev/null 2>&1
-case " $stages " in *" export "*) cargo build --release >/dev/null 2>&1 ;; esac
+# The application binary (crate clipsculpt-cli) for the export stage; CLIPSCULPT names another.
+clipsculpt=${CLIPSCULPT:-../../target/release/clipsculpt}
+case " $stages " in *" export "*) [ -n "${CLIPSCULPT:-}" ] || cargo build --release -q -p clipsculpt-cli ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$py" benches/reference/stages.py --write-latent "$tmp/latent.safetensors"
 
 # The export command, timed as a process: one JSON line like the bench's.
 export_rs() {
-  /usr/bin/time -f '%e %M' -o "$tmp/time" target/release/clipsculpt -q export "$tmp/latent.safetensors" \
+  /usr/bin/time -f '%e %M' -o "$tmp/time" "$clipsculpt" -q export "$tmp/latent.safetensors" \
     --model "$model/shap_e" --grid 128 --formats ply --out "$tmp" --overwrite >/dev/null
   read -r secs kib <"$tmp/time"
   echo "{\"impl\": \"clipsculpt\", \"stage\": \"export\", \"seconds\": [$secs], \"min_seconds\": $secs, \"peak_rss_mib\": $((kib / 1024))}"
