@@ -1,9 +1,10 @@
 // The CPU's f32 peak: 24 independent AVX-512 fused multiply-add chains per thread (no loads), N threads
-// (default 2); prints GFLOP/s. Context for the products' rates, not part of any build:
+// (default 2, at most 64); prints GFLOP/s. Context for the products' rates, not part of any build:
 //   gcc -O2 -mavx512f -mfma -pthread benches/reference/fma_peak.c -o /tmp/fma_peak && /tmp/fma_peak 2
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #define ITERS 200000000L
 static void *work(void *out) {
@@ -17,7 +18,9 @@ static void *work(void *out) {
   *(float *)out = _mm512_reduce_add_ps(s); return 0;
 }
 int main(int argc, char **argv) {
-  int n = argc > 1 ? argv[1][0] - '0' : 2; pthread_t t[8]; float o[8];
+  int n = argc > 1 ? atoi(argv[1]) : 2;
+  if (n < 1 || n > 64) { fprintf(stderr, "usage: fma_peak [THREADS, 1-64]\n"); return 2; }
+  pthread_t t[64]; float o[64];
   struct timespec s, e; clock_gettime(CLOCK_MONOTONIC, &s);
   for (int i = 0; i < n; i++) pthread_create(&t[i], 0, work, &o[i]);
   for (int i = 0; i < n; i++) pthread_join(t[i], 0);
