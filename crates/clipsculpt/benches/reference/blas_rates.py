@@ -7,8 +7,7 @@ import time
 
 import numpy as np
 import torch
-
-SHAPES = [(2052, 1024, 1024), (2052, 1024, 4096), (2052, 4096, 1024)]
+from stages import MATMUL_SHAPES
 
 
 def best_seconds(f, runs=5):
@@ -21,7 +20,7 @@ def best_seconds(f, runs=5):
     return best
 
 
-for m, k, n in SHAPES:
+for m, k, n in MATMUL_SHAPES:
     a = np.random.randn(m, k).astype(np.float32)
     b = np.random.randn(k, n).astype(np.float32)
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
