@@ -217,7 +217,12 @@ fn guided_run_raises_the_cosine_and_writes_everything() -> Result<()> {
         report.mesh_score
     );
     assert!((sum - t.total).abs() < 1e-9, "{t:?}");
-    assert!(t.other < 0.01 * t.total, "untimed: {t:?}");
+    // Work left out of the stages would be untimed in both runs; a stall of the machine (CI once
+    // left 0.1 s of a 4.8 s run untimed, where an idle or loaded 2-core machine leaves 1-6 ms)
+    // lands in one at most.
+    let untimed = |t: &clipsculpt::pipeline::StageSeconds| t.other / t.total;
+    let least = untimed(t).min(untimed(&still.seconds));
+    assert!(least < 0.01, "untimed: {t:?}, {:?}", still.seconds);
     assert!(t.files.contains_key("mesh.glb") && t.files.len() == Format::DEFAULT.len());
     // report.json always has a memory section: device, dtype, a peak per stage and the cache
     // release before export (here the host heap, which this test binary counts).

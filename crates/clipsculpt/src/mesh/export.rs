@@ -174,8 +174,8 @@ pub struct ExportReport {
     pub asset: AssetReport,
     /// Memory right before grid sampling.
     pub(crate) memory_before: MemoryReport,
-    /// Seconds spent sampling the grid, extracting the surface, colouring the vertices (and building the asset:
-    /// its own split is in [`AssetReport::seconds`]) and writing files.
+    /// Seconds spent releasing the device's caches and sampling the grid, extracting the surface, colouring the
+    /// vertices (and building the asset: its own split is in [`AssetReport::seconds`]) and writing files.
     pub(crate) seconds: [f64; 4],
     /// Seconds spent writing each file, in the order of the requested formats.
     pub(crate) format_seconds: Vec<(Format, f64)>,
@@ -207,9 +207,9 @@ pub fn export_field(
         grid_size,
         ..ExportSettings::default()
     };
+    let t0 = Instant::now();
     let memory_before =
         release_device_caches(device).map_err(|source| ExportError::Field { points: 0, source })?;
-    let t0 = Instant::now();
     let grid = sample_grid(
         field,
         device,
@@ -231,6 +231,7 @@ pub fn export_field(
     let stats = mesh.stats();
     let extracted = mesh.clone();
     let (built, asset_report) = asset::build(mesh, field, device, asset, settings.chunk)?;
+    let asset_stats = built.mesh.stats();
     let t3 = Instant::now();
     // Checks the stem and the mesh once, then writes and times one format at a time.
     write_all(&built, out_dir, stem, &[])?;
@@ -248,7 +249,7 @@ pub fn export_field(
         stats,
         iso,
         mesh: extracted,
-        asset_stats: built.mesh.stats(),
+        asset_stats,
         asset: asset_report,
         memory_before,
         seconds: [secs(t0, t1), secs(t1, t2), secs(t2, t3), secs(t3, t4)],

@@ -133,21 +133,29 @@ pub fn run<'a>(
     })
 }
 
-/// Exports the mesh of `field` at the level the field's range calls for ([`mesh::iso`]);
-/// `Ok(Err(reason))` when the field has no surface to extract (empty, or not
-/// finite), which the run reports instead of failing, so that its latents, previews and report stay.
+/// Exports the mesh of latent `z`'s field at the level the field's range calls for ([`mesh::iso`]),
+/// the time spent building the field counted as sampling the grid; `Ok(Err(reason))` when the field
+/// has no surface to extract (empty, or not finite), which the run reports instead of failing, so
+/// that its latents, previews and report stay.
 fn export_mesh(
-    field: &LatentField,
+    decoder: &Decoder,
+    z: &Tensor,
     s: &RunSettings,
     device: &Device,
     out_dir: &Path,
     prompt: &str,
 ) -> Result<std::result::Result<ExportReport, String>> {
+    let t = std::time::Instant::now();
+    let field = LatentField::new(decoder, z)?;
+    let building = t.elapsed().as_secs_f64();
     let level = mesh::Level::FromField;
     match mesh::export_field(
-        field, device, s.grid, level, &s.asset, &s.formats, out_dir, "mesh",
+        &field, device, s.grid, level, &s.asset, &s.formats, out_dir, "mesh",
     ) {
-        Ok(report) => Ok(Ok(report)),
+        Ok(mut report) => {
+            report.seconds[0] += building;
+            Ok(Ok(report))
+        }
         Err(e @ (ExportError::EmptySurface { .. } | ExportError::NonFiniteField { .. })) => {
             Ok(Err(e.to_string()))
         }
@@ -323,9 +331,9 @@ impl Outcome<'_> {
             observer,
             |_| sheets.write(out_dir, z0, z, unchanged),
         )?);
-        let field = LatentField::new(&self.ctx.models.shap_e.decoder, z)?;
+        let decoder = &self.ctx.models.shap_e.decoder;
         let mut export = observed(&mut self.stages, stage::EXPORT, observer, |_| {
-            export_mesh(&field, s, device, out_dir, prompt)
+            export_mesh(decoder, z, s, device, out_dir, prompt)
         })?;
         let settings = ReportSettings::resolved(s, self.ctx.models, device);
         let latent_sha256 = latent_sha256(z)?;

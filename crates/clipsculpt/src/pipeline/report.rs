@@ -126,7 +126,8 @@ pub struct StageSeconds {
     pub latents: f64,
     /// The two 20-view preview sheets (`preview_prior.png`, `preview.png`).
     pub previews: f64,
-    /// Sampling the field on the export grid.
+    /// Building the field from the latent, releasing the device's caches and sampling the field
+    /// on the export grid.
     pub mesh_grid: f64,
     /// Marching cubes.
     pub mesh_surface: f64,
