@@ -3,21 +3,17 @@ best of 5 after one untimed each: context for `stages.py --stage matmul`, which 
 
     venv/ref/bin/python benches/reference/blas_rates.py
 """
-import time
-
 import numpy as np
 import torch
 from stages import MATMUL_SHAPES
+from twin import Clock
+
+clock = Clock(torch.device("cpu"))
 
 
 def best_seconds(f, runs=5):
-    f()
-    best = float("inf")
-    for _ in range(runs):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best
+    clock.time(f)
+    return min(clock.time(f)[0] for _ in range(runs))
 
 
 for m, k, n in MATMUL_SHAPES:
